@@ -1,0 +1,130 @@
+"""The `agent-rl` command.
+
+The CLI owns printing: library code raises specific exceptions, and `main` turns the ones a user
+can fix into a single red line and exit code 2. Heavy imports (vLLM, torch, Ray) happen inside
+the commands so that `agent-rl --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent_rl.config import ConfigError
+from agent_rl.model_store import ModelNotFoundError, ModelVerificationError
+
+console = Console()
+app = typer.Typer(
+    help="Asynchronous RL for multi-turn tool-using LLM agents, with matched kernels.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+model_app = typer.Typer(help="Prepare and inspect model checkpoints.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks that print side-by-side ratios.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+app.add_typer(bench_app, name="bench")
+
+
+class UserError(Exception):
+    """An error whose message alone tells the user what to do."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    UserError,
+    ConfigError,
+    ModelNotFoundError,
+    ModelVerificationError,
+    FileNotFoundError,
+)
+
+
+def _register_optional_commands() -> None:
+    """Attach command groups whose modules live beside the parts they drive."""
+    from agent_rl import env_commands
+
+    app.add_typer(env_commands.app, name="env", help="List registered envs and run episodes.")
+
+
+@app.callback()
+def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+
+
+@model_app.command("prepare")
+def model_prepare(
+    force: Annotated[bool, typer.Option(help="Convert again even if a verified copy exists.")] = False,
+) -> None:
+    """Convert the default SmolLM2-135M-Instruct GGUF into fp32 and bf16 HF checkpoints."""
+    from agent_rl.model_store import prepare_default_model, smoke_check
+
+    with console.status("preparing the default model (first time: about a minute)"):
+        paths = prepare_default_model(force=force)
+        answer = smoke_check(paths["float32"])
+    for dtype, path in paths.items():
+        console.print(f"[green]ok[/green] {dtype}: {path}")
+    console.print(f"greedy smoke check, 'What is 2+3?' -> {answer!r}")
+
+
+@model_app.command("info")
+def model_info_command(
+    model: Annotated[str, typer.Argument(help="'default', 'tiny', a checkpoint dir or a hub id.")] = "default",
+) -> None:
+    """Show a checkpoint's architecture, size and verification state."""
+    from agent_rl.model_store import model_info, resolve_model
+
+    info = model_info(resolve_model(model))
+    table = Table(show_header=False)
+    for key, value in info.items():
+        table.add_row(key, str(value))
+    console.print(table)
+
+
+@app.command("generate")
+def generate_command(
+    prompt: Annotated[str, typer.Argument(help="The user message.")],
+    model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "default",
+    max_tokens: Annotated[int, typer.Option(min=1)] = 32,
+    temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
+    seed: int = 0,
+    check: Annotated[bool, typer.Option(help="Recompute with transformers fp32 and compare.")] = True,
+) -> None:
+    """Answer one prompt with the real vLLM engine; print the text and per-token logprobs."""
+    from agent_rl.generate import generate, teacher_forced_logprobs
+    from agent_rl.model_store import resolve_model
+
+    model_dir = resolve_model(model)
+    with console.status("starting vLLM and generating"):
+        result = generate(model_dir, prompt, max_tokens=max_tokens, temperature=temperature, seed=seed)
+    console.print(f"[bold]{result.text}[/bold]")
+    reference = teacher_forced_logprobs(model_dir, result.prompt_ids, result.token_ids) if check else None
+    table = Table("#", "token id", "token", "vLLM logprob", *(["transformers fp32", "|diff|"] if check else []))
+    for i, (token_id, token, logprob) in enumerate(
+        zip(result.token_ids, result.tokens, result.logprobs, strict=True)
+    ):
+        extra = [f"{reference[i]:.6f}", f"{abs(reference[i] - logprob):.2e}"] if reference else []
+        table.add_row(str(i), str(token_id), repr(token), f"{logprob:.6f}", *extra)
+    console.print(table)
+    if reference:
+        worst = max(abs(a - b) for a, b in zip(reference, result.logprobs, strict=True))
+        console.print(f"max |vLLM - transformers fp32| = {worst:.2e}")
+
+
+def main() -> None:
+    """Entry point: run the app and turn user-fixable errors into one line."""
+    try:
+        _register_optional_commands()
+    except ImportError as err:
+        logging.getLogger(__name__).debug("optional commands unavailable: %s", err)
+    try:
+        app()
+    except USER_ERRORS as err:
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {err}", highlight=False)
+        sys.exit(2)

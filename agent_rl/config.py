@@ -1,0 +1,86 @@
+"""Loading YAML run configs into typed, validated pydantic models.
+
+Configs are data: every knob lives in a pydantic model with a default, a type and a description.
+This module only turns a file into such a model and turns validation failures into one sentence a
+person can act on (the bad key, the nearest valid one, the value seen and what was expected).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config file or value that cannot be used, with a message that says how to fix it."""
+
+
+class StrictModel(BaseModel):
+    """Base for config sections: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def load_config(path: str | Path, model: type[ModelT], overrides: dict[str, Any] | None = None) -> ModelT:
+    """Read a YAML file into `model`, applying dotted `overrides` ({"learner.lr": 1e-5}) on top."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    return validate_config(data, model, source=str(path))
+
+
+def validate_config(data: dict[str, Any], model: type[ModelT], source: str = "config") -> ModelT:
+    """Build `model` from a dict, rewriting the first validation error for people."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_explain(err, model, source)) from None
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+
+
+def _explain(err: ValidationError, model: type[BaseModel], source: str) -> str:
+    first = err.errors()[0]
+    location = [str(part) for part in first["loc"]]
+    key = ".".join(location)
+    if first["type"] == "extra_forbidden":
+        valid = _fields_at(model, location[:-1])
+        nearest = difflib.get_close_matches(location[-1], valid, n=1)
+        hint = f"did you mean {nearest[0]!r}? " if nearest else ""
+        return f"{source}: unknown key {key!r}; {hint}valid keys here: {', '.join(sorted(valid))}"
+    return f"{source}: {key} = {first.get('input')!r} is invalid: {first['msg']}"
+
+
+def _fields_at(model: type[BaseModel], location: list[str]) -> list[str]:
+    current: Any = model
+    for part in location:
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return list(getattr(current, "model_fields", {}))
+
+
+def dump_config(config: BaseModel, path: str | Path) -> None:
+    """Write the fully resolved config next to a run's outputs."""
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

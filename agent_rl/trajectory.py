@@ -1,0 +1,79 @@
+"""The one record that crosses from rollout to learner.
+
+A trajectory is token ids from the start: the rollout appends exactly the ids it sampled or fed,
+so the learner never re-tokenizes text. Every per-token list has the same length as `token_ids`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Trajectory:
+    """One episode of one task, as the learner will train on it.
+
+    Per-token fields are aligned with `token_ids`. For prompt and environment tokens
+    (`loss_mask == 0`) the behavior logprob is 0.0 and the policy version is -1: they were fed,
+    not sampled, so no policy produced them.
+    """
+
+    task_id: str
+    group_id: str
+    token_ids: list[int]
+    loss_mask: list[int]
+    behavior_logprobs: list[float]
+    policy_versions: list[int]
+    reward: float
+    num_turns: int
+    end_reason: str
+    category: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.token_ids)
+        lengths = {
+            "loss_mask": len(self.loss_mask),
+            "behavior_logprobs": len(self.behavior_logprobs),
+            "policy_versions": len(self.policy_versions),
+        }
+        bad = {name: size for name, size in lengths.items() if size != n}
+        if bad:
+            raise ValueError(f"per-token fields must have {n} entries like token_ids, got {bad}")
+
+    @property
+    def num_model_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def oldest_version(self) -> int:
+        """The oldest policy version among sampled tokens (-1 if the model sampled nothing)."""
+        sampled = [v for v, m in zip(self.policy_versions, self.loss_mask, strict=True) if m]
+        return min(sampled) if sampled else -1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        return cls(**data)
+
+
+@dataclass
+class Group:
+    """The G trajectories sampled for one task; the unit the learner takes and the ledger counts."""
+
+    group_id: str
+    task_id: str
+    trajectories: list[Trajectory]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+    @property
+    def oldest_version(self) -> int:
+        versions = [t.oldest_version for t in self.trajectories if t.oldest_version >= 0]
+        return min(versions) if versions else -1

@@ -1,0 +1,15 @@
+"""Session-wide fixtures: the tiny real model, built once and cached under AGENT_RL_HOME."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_rl.model_store import tiny_model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """A random-weight 2-layer Llama with the default tokenizer, as a real HF checkpoint."""
+    return tiny_model_dir()
