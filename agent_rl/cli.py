@@ -16,7 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from agent_rl.config import ConfigError
-from agent_rl.model_store import ModelNotFoundError, ModelVerificationError
+from agent_rl.model_store import (
+    ChatTemplateMissingError,
+    ModelNotFoundError,
+    ModelVerificationError,
+)
 
 console = Console()
 app = typer.Typer(
@@ -39,6 +43,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError,
     ModelNotFoundError,
     ModelVerificationError,
+    ChatTemplateMissingError,
     FileNotFoundError,
 )
 
@@ -75,7 +80,7 @@ def model_prepare(
 
 @model_app.command("info")
 def model_info_command(
-    model: Annotated[str, typer.Argument(help="'default', 'tiny', a checkpoint dir or a hub id.")] = "default",
+    model: Annotated[str, typer.Argument(help="'default', 'tiny', a checkpoint dir, a hub id.")] = "default",
 ) -> None:
     """Show a checkpoint's architecture, size and verification state."""
     from agent_rl.model_store import model_info, resolve_model
@@ -105,7 +110,8 @@ def generate_command(
         result = generate(model_dir, prompt, max_tokens=max_tokens, temperature=temperature, seed=seed)
     console.print(f"[bold]{result.text}[/bold]")
     reference = teacher_forced_logprobs(model_dir, result.prompt_ids, result.token_ids) if check else None
-    table = Table("#", "token id", "token", "vLLM logprob", *(["transformers fp32", "|diff|"] if check else []))
+    compare_columns = ["transformers fp32", "|diff|"] if check else []
+    table = Table("#", "token id", "token", "vLLM logprob", *compare_columns)
     for i, (token_id, token, logprob) in enumerate(
         zip(result.token_ids, result.tokens, result.logprobs, strict=True)
     ):

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import torch
 
-
-class ChatTemplateMissingError(ValueError):
-    """The checkpoint's tokenizer has no chat template, so messages cannot be rendered."""
+from agent_rl.model_store import ChatTemplateMissingError
 
 
 @dataclass

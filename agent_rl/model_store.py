@@ -33,6 +33,10 @@ class ModelNotFoundError(FileNotFoundError):
     """A model name or path that resolves to no usable checkpoint."""
 
 
+class ChatTemplateMissingError(ValueError):
+    """The checkpoint's tokenizer has no chat template, so messages cannot be rendered."""
+
+
 class ModelVerificationError(RuntimeError):
     """A prepared checkpoint whose files or behaviour are not what was converted."""
 

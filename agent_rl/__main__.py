@@ -1,0 +1,5 @@
+"""`python -m agent_rl` is the `agent-rl` command."""
+
+from agent_rl.cli import main
+
+main()
