@@ -1,0 +1,1 @@
+"""Benchmarks of agent-rl components, each a `run(console, ...) -> list[dict]` function."""
