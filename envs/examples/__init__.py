@@ -1,0 +1,1 @@
+"""Worked examples of new environments built on `envs.tool_env.ToolEnv`."""

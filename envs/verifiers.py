@@ -1,0 +1,174 @@
+"""Verifiers: turn a final answer into a reward, one per task family.
+
+A verifier is any callable `(answer: str, task: Mapping) -> Verdict | float | bool`. The task
+row's `verifier` column names which one a `ToolEnv` uses: `exact`, `numeric` or `unit_tests`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+from envs.sandbox_pool import SandboxUnavailableError, acquire_session
+
+__all__ = [
+    "UnitTestVerifier",
+    "Verdict",
+    "Verifier",
+    "as_verdict",
+    "default_verifiers",
+    "exact_match",
+    "extract_code",
+    "normalize_text",
+    "numeric_match",
+    "parse_number",
+]
+
+logger = logging.getLogger(__name__)
+
+_NUMBER = re.compile(r"[-+]?\d[\d,_]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
+_FENCE = re.compile(r"```[\w+-]*\n?(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's judgement: the reward, whether it counts as solved, and why."""
+
+    reward: float
+    correct: bool
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Verifier = Callable[[str, Mapping[str, Any]], "Verdict | float | bool"]
+
+
+def as_verdict(value: Verdict | float | bool) -> Verdict:
+    """Accept the plain floats and bools a user's reward function may return."""
+    if isinstance(value, Verdict):
+        return value
+    reward = float(value)
+    return Verdict(reward=reward, correct=reward > 0)
+
+
+def normalize_text(text: str) -> str:
+    """Case, surrounding quotes/backticks, a trailing period and spacing (also around commas,
+    so "[1,2]" equals "[1, 2]") do not count."""
+    text = text.strip()
+    fenced = _FENCE.search(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    quotes = "`'\" \n\t"
+    text = text.strip(quotes).rstrip(".").strip(quotes)
+    text = re.sub(r"\s*,\s*", ", ", text)
+    return " ".join(text.split()).casefold()
+
+
+def exact_match(answer: str, task: Mapping[str, Any]) -> Verdict:
+    """Reward 1 when the normalized answer equals the normalized expected answer."""
+    expected = normalize_text(str(task["answer"]))
+    seen = normalize_text(answer)
+    if seen == expected:
+        return Verdict(1.0, True, "exact match")
+    return Verdict(0.0, False, f"expected {expected!r}, got {_short(seen)!r}")
+
+
+def parse_number(text: str) -> Fraction | None:
+    """A number as an exact Fraction (big integers stay exact), or None if it is not one.
+
+    Thousands separators and underscores are ignored. Text holding exactly one number (e.g.
+    "The answer is 42.") yields that number, which keeps weak models' answers gradable.
+    """
+    cleaned = normalize_text(text).replace(",", "").replace("_", "").replace(" ", "")
+    try:
+        return Fraction(cleaned)
+    except (ValueError, ZeroDivisionError):
+        pass
+    found = _NUMBER.findall(text)
+    if len(found) != 1:
+        return None
+    try:
+        return Fraction(found[0].replace(",", "").replace("_", ""))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def numeric_match(answer: str, task: Mapping[str, Any], rel_tol: float = 1e-6) -> Verdict:
+    """Reward 1 when the answer is the expected number: exact for integers, `rel_tol` otherwise."""
+    expected = parse_number(str(task["answer"]))
+    if expected is None:
+        raise ValueError(
+            f"task {task.get('task_id')!r} has a non-numeric answer {task['answer']!r} but uses "
+            "the numeric verifier; set its verifier to 'exact'"
+        )
+    seen = parse_number(answer)
+    if seen is None:
+        return Verdict(0.0, False, f"no single number in {_short(answer)!r}")
+    if expected.denominator == 1 and seen.denominator == 1:
+        correct = seen == expected
+    else:
+        correct = abs(seen - expected) <= rel_tol * max(abs(expected), 1)
+    if correct:
+        return Verdict(1.0, True, "numeric match")
+    return Verdict(0.0, False, f"expected {task['answer']}, got {_short(answer)!r}")
+
+
+def extract_code(answer: str) -> str:
+    """The code inside the first Markdown fence, or the whole answer if it has none."""
+    fenced = _FENCE.search(answer)
+    return (fenced.group(1) if fenced else answer).strip() + "\n"
+
+
+class UnitTestVerifier:
+    """Runs the answer's code and then the task's unit tests in a fresh sandbox session.
+
+    The task's `extra` JSON holds `tests`: Python code with asserts. Reward 1 when the tests run
+    without an error within the sandbox limits.
+    """
+
+    def __init__(self, sandbox_config: Any = None):
+        self.sandbox_config = sandbox_config
+
+    def __call__(self, answer: str, task: Mapping[str, Any]) -> Verdict:
+        extra = task.get("extra") or "{}"
+        tests = (json.loads(extra) if isinstance(extra, str) else extra).get("tests")
+        if not tests:
+            raise ValueError(
+                f"task {task.get('task_id')!r} uses the unit_tests verifier but its extra has no "
+                "'tests' code"
+            )
+        program = extract_code(answer) + "\n" + tests
+        try:
+            session, pool = acquire_session(self.sandbox_config, purpose="verify")
+        except SandboxUnavailableError as error:
+            logger.warning("cannot run unit tests for %s: %s", task.get("task_id"), error)
+            return Verdict(0.0, False, f"sandbox unavailable: {error}")
+        try:
+            result = session.run(program)
+        finally:
+            pool.release(session)
+        if result.ok:
+            return Verdict(1.0, True, "all unit tests passed")
+        reason = result.limit or (result.error or result.stderr or "failed").strip().splitlines()
+        detail = reason if isinstance(reason, str) else (reason[-1] if reason else "failed")
+        return Verdict(0.0, False, f"unit tests failed: {_short(detail)}")
+
+
+def default_verifiers(sandbox_config: Any = None) -> dict[str, Verifier]:
+    """The verifiers the shipped task sets name in their `verifier` column."""
+    return {
+        "exact": exact_match,
+        "numeric": numeric_match,
+        "unit_tests": UnitTestVerifier(sandbox_config),
+    }
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
