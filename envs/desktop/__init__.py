@@ -1,0 +1,18 @@
+"""OSWorld-style desktop environment on a real X server: `agent_rl/Desktop-v0`.
+
+| file | holds |
+|---|---|
+| `env.py` | `DesktopEnv`, the Gymnasium env |
+| `display.py` | `DesktopSession`: Xvfb, window manager, bubblewrap sandbox per episode |
+| `actions.py` | OSWorld's computer_13 actions as tools, run with xdotool |
+| `observe.py` | the text accessibility tree and screenshots, read from the X server |
+| `setup_steps.py` | OSWorld task `config` steps |
+| `evaluate.py` | OSWorld evaluator getters and metrics |
+| `tasks.py` | task files and splits in OSWorld's layout |
+| `recording.py` | episode recordings as HTML pages and contact sheets |
+"""
+
+from envs.desktop.env import DesktopEnv
+from envs.desktop.tasks import load_desktop_tasks, load_task_file
+
+__all__ = ["DesktopEnv", "load_desktop_tasks", "load_task_file"]

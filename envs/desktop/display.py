@@ -1,0 +1,321 @@
+"""One episode's private desktop: an Xvfb display, a window manager and sandboxed apps.
+
+Every episode gets a fresh temp folder holding its HOME (seen by apps as `/home/user`, the path
+OSWorld tasks use), its `/tmp` and its window manager config. Apps, set-up commands and evaluator
+commands run under bubblewrap with no network and a private PID namespace; the only host
+resources they see are a read-only root file system and this episode's own X socket, so they
+cannot reach other episodes' displays or files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "VM_HOME",
+    "DesktopSession",
+    "DesktopStartError",
+    "MissingProgramError",
+    "require_programs",
+]
+
+logger = logging.getLogger(__name__)
+
+VM_HOME = "/home/user"
+REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap")
+_X_START_TIMEOUT_S = 10.0
+_WM_START_TIMEOUT_S = 5.0
+
+
+class DesktopStartError(RuntimeError):
+    """The X server or the window manager did not come up."""
+
+
+class MissingProgramError(RuntimeError):
+    """A Debian program the desktop needs is not installed."""
+
+
+def require_programs(programs: Sequence[str] = REQUIRED_PROGRAMS) -> None:
+    """Fail early, naming the apt packages to install, when a desktop program is missing."""
+    missing = [program for program in programs if shutil.which(program) is None]
+    if missing:
+        raise MissingProgramError(
+            f"the desktop env needs {', '.join(missing)} on PATH; install them with "
+            "`apt-get install -y --no-install-recommends xvfb jwm xdotool bubblewrap xterm "
+            "x11-apps xfe`"
+        )
+
+
+def _jwm_config(menu_commands: dict[str, str]) -> str:
+    """A JWM config: decorated windows, a right-click root menu, Alt+F4 / Alt+Tab; no panel.
+
+    No tray keeps the screen deterministic (JWM's tray clock would change every minute).
+    """
+    programs = "\n".join(
+        f'    <Program label="{label}">{command}</Program>' for label, command in menu_commands.items()
+    )
+    return f"""<?xml version="1.0"?>
+<JWM>
+  <RootMenu onroot="3">
+{programs}
+  </RootMenu>
+  <FocusModel>click</FocusModel>
+  <SnapMode distance="0">none</SnapMode>
+  <MoveMode>opaque</MoveMode>
+  <ResizeMode>opaque</ResizeMode>
+  <Desktops width="1" height="1"/>
+  <Key mask="A" key="F4">close</Key>
+  <Key mask="A" key="Tab">nextstacked</Key>
+  <Key mask="A" key="F10">maximize</Key>
+  <Key mask="A" key="F9">minimize</Key>
+</JWM>
+"""
+
+
+class DesktopSession:
+    """A running private desktop. Use `start()` then `close()` (or as a context manager).
+
+    Attributes:
+        width, height: the virtual screen size in pixels.
+        root: the episode's temp folder on the host.
+        home: the host folder apps see as `/home/user`.
+        tmp: the host folder apps see as `/tmp`.
+        display: the X display name, e.g. ":3", valid once started.
+    """
+
+    def __init__(self, width: int = 1024, height: int = 768, parent_dir: str | None = None):
+        require_programs()
+        self.width = width
+        self.height = height
+        self.root = Path(tempfile.mkdtemp(prefix="agent-rl-desktop-", dir=parent_dir))
+        self.home = self.root / "home"
+        self.tmp = self.root / "tmp"
+        self.home.mkdir()
+        (self.tmp / ".X11-unix").mkdir(parents=True)
+        self.display = ""
+        self._processes: list[subprocess.Popen[bytes]] = []
+        # Kills Xvfb and the apps even if the owner never calls close() (a crashed rollout).
+        self._finalizer = weakref.finalize(self, _kill_and_remove, self._processes, self.root)
+
+    def __enter__(self) -> DesktopSession:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self) -> DesktopSession:
+        """Start Xvfb on a free display number, then the window manager."""
+        read_fd, write_fd = os.pipe()
+        try:
+            xvfb = subprocess.Popen(
+                [
+                    "Xvfb",
+                    "-displayfd",
+                    str(write_fd),
+                    "-screen",
+                    "0",
+                    f"{self.width}x{self.height}x24",
+                    "-nolisten",
+                    "tcp",
+                    "-noreset",
+                    # Sandboxed clients live in another IPC namespace: MIT-SHM would fail there.
+                    "-extension",
+                    "MIT-SHM",
+                ],
+                pass_fds=(write_fd,),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            os.close(write_fd)
+            write_fd = -1
+            self._processes.append(xvfb)
+            number = self._read_display_number(read_fd, xvfb)
+        finally:
+            os.close(read_fd)
+            if write_fd >= 0:
+                os.close(write_fd)
+        self.display = f":{number}"
+        self._start_window_manager()
+        return self
+
+    def _read_display_number(self, read_fd: int, xvfb: subprocess.Popen[bytes]) -> int:
+        deadline = time.monotonic() + _X_START_TIMEOUT_S
+        data = b""
+        os.set_blocking(read_fd, False)
+        while not data.endswith(b"\n"):
+            if xvfb.poll() is not None:
+                raise DesktopStartError(f"Xvfb exited with status {xvfb.returncode} at start")
+            if time.monotonic() > deadline:
+                raise DesktopStartError(f"Xvfb gave no display number in {_X_START_TIMEOUT_S} s")
+            try:
+                data += os.read(read_fd, 64)
+            except BlockingIOError:
+                time.sleep(0.005)
+        return int(data.strip())
+
+    def _start_window_manager(self) -> None:
+        menu = {
+            "Terminal": shlex.join(self.sandbox_argv(["xterm"])),
+            "Text editor": shlex.join(self.sandbox_argv(["xedit"])),
+            "File manager": shlex.join(self.sandbox_argv(["xfe", VM_HOME])),
+        }
+        config = self.root / "jwmrc"
+        config.write_text(_jwm_config(menu))
+        self._processes.append(
+            subprocess.Popen(
+                ["jwm", "-f", str(config)],
+                env=self.host_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+        deadline = time.monotonic() + _WM_START_TIMEOUT_S
+        while not self._window_manager_ready():
+            if time.monotonic() > deadline:
+                raise DesktopStartError(f"jwm did not start on {self.display}")
+            time.sleep(0.02)
+
+    def _window_manager_ready(self) -> bool:
+        result = subprocess.run(
+            ["xprop", "-root", "_NET_SUPPORTING_WM_CHECK"],
+            env=self.host_env(),
+            capture_output=True,
+            text=True,
+        )
+        return "window id" in result.stdout
+
+    def host_env(self) -> dict[str, str]:
+        """Environment for host-side X tools (xdotool, xprop) talking to this display."""
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DISPLAY": self.display}
+
+    def sandbox_argv(self, argv: Sequence[str]) -> list[str]:
+        """`argv` wrapped in bubblewrap: read-only root, private HOME and /tmp, no network."""
+        socket = f"/tmp/.X11-unix/X{self.display.lstrip(':')}"
+        return [
+            "bwrap",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/home",
+            "--bind",
+            str(self.home),
+            VM_HOME,
+            "--bind",
+            str(self.tmp),
+            "/tmp",
+            "--ro-bind",
+            socket,
+            socket,
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--die-with-parent",
+            "--clearenv",
+            "--setenv",
+            "HOME",
+            VM_HOME,
+            "--setenv",
+            "USER",
+            "user",
+            "--setenv",
+            "DISPLAY",
+            self.display,
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--chdir",
+            VM_HOME,
+            "--",
+            *argv,
+        ]
+
+    def launch(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        """Start an app in the sandbox in the background; it is killed at `close()`."""
+        process = subprocess.Popen(
+            self.sandbox_argv(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._processes.append(process)
+        return process
+
+    def run(
+        self, command: str | Sequence[str], shell: bool = False, timeout_s: float = 10.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command to completion in the sandbox (a string runs through `sh -c`)."""
+        if isinstance(command, str):
+            argv = ["sh", "-c", command] if shell else shlex.split(command)
+        else:
+            argv = ["sh", "-c", shlex.join(command)] if shell else list(command)
+        return subprocess.run(
+            self.sandbox_argv(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def xdotool(self, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        """Run xdotool on this display from the host (input goes through XTEST)."""
+        return subprocess.run(
+            ["xdotool", *args], env=self.host_env(), capture_output=True, text=True, timeout=30
+        )
+
+    def host_path(self, vm_path: str) -> Path:
+        """The host path of a path inside the desktop (`/home/user/...` or `/tmp/...`).
+
+        Raises:
+            ValueError: the path is outside the episode's writable folders.
+        """
+        path = Path(os.path.normpath(vm_path.replace("~", VM_HOME, 1)))
+        for vm_root, host_root in ((Path(VM_HOME), self.home), (Path("/tmp"), self.tmp)):
+            if path == vm_root or vm_root in path.parents:
+                return host_root / path.relative_to(vm_root)
+        raise ValueError(
+            f"path {vm_path!r} is outside the episode's folders; use a path under {VM_HOME} or /tmp"
+        )
+
+    def close(self) -> None:
+        """Kill every process this episode started and delete its temp folder."""
+        self._finalizer()
+
+
+def _kill_and_remove(processes: list[subprocess.Popen[bytes]], root: Path) -> None:
+    """Stop an episode's processes and delete its folder; also runs at exit if never closed."""
+    for process in reversed(processes):
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for process in processes:
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            logger.warning("process %s did not exit after SIGKILL", process.args[0])
+    processes.clear()
+    shutil.rmtree(root, ignore_errors=True)

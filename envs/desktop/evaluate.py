@@ -1,0 +1,206 @@
+"""OSWorld-style evaluators: a getter reads the final desktop state, a metric scores it.
+
+An evaluator is `{"func": metric, "result": getter, "expected": getter, "options": {...}}`, or
+lists of each joined by `"conj": "and" | "or"`, as in OSWorld. Getters and metrics are looked up
+by name; `check_evaluator` rejects an unknown one at reset, naming it, so a task never runs for
+nothing. Getters named as in OSWorld behave as there; `window_titles`, `active_window_title`
+and `accessibility_tree` are ours and read the X server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envs.desktop.display import DesktopSession
+from envs.desktop.observe import Observer, render_tree
+
+__all__ = [
+    "GETTERS",
+    "METRICS",
+    "EvalContext",
+    "UnsupportedEvaluator",
+    "check_evaluator",
+    "evaluate",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class UnsupportedEvaluator(ValueError):
+    """A task names a getter or metric this env does not implement."""
+
+
+@dataclass
+class EvalContext:
+    """What getters may read: the episode's desktop, its screen, and how the agent ended."""
+
+    session: DesktopSession
+    observer: Observer
+    ended_by: str | None
+
+
+def _command_output(context: EvalContext, config: dict[str, Any], stream: str) -> str:
+    command = config["command"]
+    result = context.session.run(
+        command, shell=bool(config.get("shell", False)), timeout_s=float(config.get("timeout", 10))
+    )
+    return result.stdout if stream == "stdout" else result.stderr
+
+
+def get_vm_command_line(context: EvalContext, config: dict[str, Any]) -> str:
+    """Standard output of a command run on the desktop."""
+    return _command_output(context, config, "stdout")
+
+
+def get_vm_command_error(context: EvalContext, config: dict[str, Any]) -> str:
+    """Standard error of a command run on the desktop."""
+    return _command_output(context, config, "stderr")
+
+
+def get_vm_file(context: EvalContext, config: dict[str, Any]) -> str | None:
+    """Host path of a desktop file, or None if it does not exist (OSWorld copies it out)."""
+    path = context.session.host_path(config["path"])
+    return str(path) if path.is_file() else None
+
+
+def get_rule(context: EvalContext, config: dict[str, Any]) -> Any:
+    """The literal `rules` of the task."""
+    return config["rules"]
+
+
+def get_list_directory(context: EvalContext, config: dict[str, Any]) -> list[str] | None:
+    """Sorted names in a desktop folder, or None if it is not a folder."""
+    path = context.session.host_path(config["path"])
+    return sorted(entry.name for entry in path.iterdir()) if path.is_dir() else None
+
+
+def get_window_titles(context: EvalContext, config: dict[str, Any]) -> str:
+    """Titles of the open windows, one per line, top of the stack first."""
+    return "\n".join(node.name for node in context.observer.tree())
+
+
+def get_active_window_title(context: EvalContext, config: dict[str, Any]) -> str:
+    """Title of the focused window ("" if none)."""
+    return next((node.name for node in context.observer.tree() if node.focused), "")
+
+
+def get_accessibility_tree(context: EvalContext, config: dict[str, Any]) -> str:
+    """The same text tree the agent sees."""
+    session = context.session
+    tree = context.observer.tree()
+    return render_tree(tree, (session.width, session.height), context.observer.pointer())
+
+
+GETTERS: dict[str, Callable[[EvalContext, dict[str, Any]], Any]] = {
+    "vm_command_line": get_vm_command_line,
+    "vm_command_error": get_vm_command_error,
+    "vm_file": get_vm_file,
+    "rule": get_rule,
+    "list_directory": get_list_directory,
+    "window_titles": get_window_titles,
+    "active_window_title": get_active_window_title,
+    "accessibility_tree": get_accessibility_tree,
+}
+
+
+def exact_match(result: Any, rules: dict[str, Any]) -> float:
+    """1 if the result equals `rules["expected"]` exactly."""
+    return float(result == rules["expected"])
+
+
+def check_include_exclude(result: Any, rules: dict[str, Any]) -> float:
+    """1 if the text holds every `include` string and no `exclude` string."""
+    if result is None:
+        return 0.0
+    text = str(result)
+    included = all(part in text for part in rules.get("include", []))
+    excluded = not any(part in text for part in rules.get("exclude", []))
+    return float(included and excluded)
+
+
+def compare_text_file(result: str | None, expected: str | None, **options: Any) -> float:
+    """1 if two text files hold the same text (`ignore_blanks` drops whitespace first)."""
+    if result is None or expected is None:
+        return 0.0
+    result_text, expected_text = Path(result).read_text(), Path(expected).read_text()
+    if options.get("ignore_blanks"):
+        result_text, expected_text = "".join(result_text.split()), "".join(expected_text.split())
+    if options.get("ignore_case"):
+        result_text, expected_text = result_text.lower(), expected_text.lower()
+    return float(result_text == expected_text)
+
+
+def is_in_list(result: Any, rules: dict[str, Any]) -> float:
+    """1 if `rules["expected"]` is an element of the result list."""
+    return float(result is not None and rules["expected"] in result)
+
+
+def literal_match(result: Any, expected: Any, **options: Any) -> float:
+    """1 if the result equals the expected value (`ignore_case` for strings)."""
+    if options.get("ignore_case") and isinstance(result, str) and isinstance(expected, str):
+        return float(result.lower() == expected.lower())
+    return float(result == expected)
+
+
+METRICS: dict[str, Callable[..., float]] = {
+    "exact_match": exact_match,
+    "check_include_exclude": check_include_exclude,
+    "compare_text_file": compare_text_file,
+    "is_in_list": is_in_list,
+    "literal_match": literal_match,
+}
+INFEASIBLE = "infeasible"
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def check_evaluator(evaluator: dict[str, Any], task_id: str) -> None:
+    """Raise `UnsupportedEvaluator` naming the first unknown metric or getter of a task."""
+    for func in _as_list(evaluator.get("func")):
+        if func != INFEASIBLE and func not in METRICS:
+            raise UnsupportedEvaluator(
+                f"task {task_id!r}: unsupported evaluator func {func!r}; supported: "
+                f"{', '.join([*METRICS, INFEASIBLE])}"
+            )
+    for key in ("result", "expected"):
+        for getter in _as_list(evaluator.get(key, [])):
+            getter_type = getter.get("type") if isinstance(getter, dict) else None
+            if getter_type not in GETTERS:
+                raise UnsupportedEvaluator(
+                    f"task {task_id!r}: unsupported evaluator {key} getter type "
+                    f"{getter_type!r}; supported: {', '.join(GETTERS)}"
+                )
+
+
+def evaluate(evaluator: dict[str, Any], context: EvalContext) -> float:
+    """Score the final state in [0, 1], the way OSWorld's `DesktopEnv.evaluate` does."""
+    funcs = _as_list(evaluator["func"])
+    if funcs == [INFEASIBLE]:
+        return float(context.ended_by == "FAIL")
+    if context.ended_by == "FAIL":
+        return 0.0  # declaring a feasible task infeasible scores nothing
+    results = _as_list(evaluator.get("result", [None] * len(funcs)))
+    expecteds = _as_list(evaluator.get("expected", [None] * len(funcs)))
+    options = _as_list(evaluator.get("options", [{}] * len(funcs)))
+    scores = []
+    for func, result, expected, option in zip(funcs, results, expecteds, options, strict=True):
+        result_state = GETTERS[result["type"]](context, result) if result else None
+        metric = METRICS[func]
+        if expected:
+            expected_state = GETTERS[expected["type"]](context, expected)
+            score = metric(result_state, expected_state, **(option or {}))
+        else:
+            score = metric(result_state, **(option or {}))
+        logger.debug("metric %s -> %s", func, score)
+        scores.append(float(score))
+        if evaluator.get("conj", "and") == "and" and score == 0:
+            return 0.0
+    if evaluator.get("conj", "and") == "or":
+        return max(scores)
+    return sum(scores) / len(scores)

@@ -1,0 +1,165 @@
+"""OSWorld task `config` steps (and evaluator `postconfig` steps), run on an episode's desktop.
+
+Supported step types: `launch`, `execute`, `command`, `sleep`, `open`, `activate_window`,
+`close_window`, `upload_file` (from files shipped beside the tasks) and `create_file`, our
+download-less way to put a file with given text on the desktop. Anything else (`download`,
+`chrome_open_tabs`, `googledrive`, ...) is rejected up front by `check_steps`, by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from envs.desktop.display import DesktopSession
+from envs.desktop.observe import Observer
+
+__all__ = ["SUPPORTED_STEPS", "SetupError", "UnsupportedTaskStep", "check_steps", "run_steps"]
+
+logger = logging.getLogger(__name__)
+
+FILES_DIR = Path(__file__).parent / "tasks" / "files"
+_LAUNCH_TIMEOUT_S = 5.0
+_DIRECTORY_APP = ("xfe",)
+_FILE_APP = ("xedit",)
+
+
+class UnsupportedTaskStep(ValueError):
+    """A task asks for a set-up step type this env does not implement."""
+
+
+class SetupError(RuntimeError):
+    """A supported set-up step could not be carried out (bad parameters, app did not start)."""
+
+
+StepContext = tuple[DesktopSession, Observer]
+
+
+def _command_argv(parameters: dict[str, Any]) -> tuple[str | list[str], bool]:
+    command = parameters.get("command")
+    if not isinstance(command, str | list) or not command:
+        raise SetupError(f"step needs a non-empty 'command' (string or list), got {command!r}")
+    return command, bool(parameters.get("shell", False))
+
+
+def _wait_for_new_window(observer: Observer, before: int, timeout_s: float) -> None:
+    """Block until the window manager manages more windows than `before` (the app is up)."""
+    deadline = time.monotonic() + timeout_s
+    while len(observer.client_windows()) <= before:
+        if time.monotonic() > deadline:
+            raise SetupError(f"no new window appeared within {timeout_s:g} s of the launch")
+        time.sleep(0.02)
+    time.sleep(0.15)  # let the app draw its first frame before anyone looks
+
+
+def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
+    session, observer = context
+    command, shell = _command_argv(parameters)
+    if isinstance(command, str):
+        argv = ["sh", "-c", command] if shell else shlex.split(command)
+    else:
+        argv = ["sh", "-c", shlex.join(command)] if shell else command
+    before = len(observer.client_windows())
+    session.launch(argv)
+    _wait_for_new_window(observer, before, _LAUNCH_TIMEOUT_S)
+
+
+def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
+    session, _ = context
+    command, shell = _command_argv(parameters)
+    result = session.run(command, shell=shell, timeout_s=float(parameters.get("timeout", 10)))
+    if result.returncode != 0:
+        # OSWorld does not stop a task when a set-up command fails; we log it loudly.
+        logger.warning("set-up command %r exited %d: %s", command, result.returncode, result.stderr.strip())
+
+
+def _sleep(context: StepContext, parameters: dict[str, Any]) -> None:
+    time.sleep(min(float(parameters.get("seconds", 1)), 10.0))
+
+
+def _open(context: StepContext, parameters: dict[str, Any]) -> None:
+    """OSWorld's `open` (xdg-open): folders go to the file manager, files to the text editor."""
+    session, _ = context
+    path = parameters.get("path")
+    if not isinstance(path, str):
+        raise SetupError(f"'open' needs a 'path' string, got {path!r}")
+    app = _DIRECTORY_APP if session.host_path(path).is_dir() else _FILE_APP
+    _launch(context, {"command": [*app, path]})
+
+
+def _window_ids(session: DesktopSession, parameters: dict[str, Any]) -> list[str]:
+    name = parameters.get("window_name")
+    if not isinstance(name, str):
+        raise SetupError(f"step needs a 'window_name' string, got {name!r}")
+    by = "--class" if parameters.get("by_class") else "--name"
+    pattern = f"^{name}$" if parameters.get("strict") else name
+    result = session.xdotool(["search", "--onlyvisible", by, pattern])
+    return result.stdout.split()
+
+
+def _activate_window(context: StepContext, parameters: dict[str, Any]) -> None:
+    session, _ = context
+    for window_id in _window_ids(session, parameters)[:1]:
+        session.xdotool(["windowactivate", "--sync", window_id])
+
+
+def _close_window(context: StepContext, parameters: dict[str, Any]) -> None:
+    session, _ = context
+    for window_id in _window_ids(session, parameters):
+        session.xdotool(["windowclose", window_id])
+
+
+def _upload_file(context: StepContext, parameters: dict[str, Any]) -> None:
+    session, _ = context
+    for entry in parameters.get("files", []):
+        source = FILES_DIR / entry["local_path"]
+        if not source.is_file():
+            raise SetupError(f"upload_file: {source} does not exist; ship it in {FILES_DIR}")
+        target = session.host_path(entry["path"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+
+
+def _create_file(context: StepContext, parameters: dict[str, Any]) -> None:
+    session, _ = context
+    path, content = parameters.get("path"), parameters.get("content", "")
+    if not isinstance(path, str) or not isinstance(content, str):
+        raise SetupError("create_file needs a 'path' string and a 'content' string")
+    target = session.host_path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content)
+
+
+SUPPORTED_STEPS: dict[str, Callable[[StepContext, dict[str, Any]], None]] = {
+    "launch": _launch,
+    "execute": _execute,
+    "command": _execute,
+    "sleep": _sleep,
+    "open": _open,
+    "activate_window": _activate_window,
+    "close_window": _close_window,
+    "upload_file": _upload_file,
+    "create_file": _create_file,
+}
+
+
+def check_steps(steps: Sequence[dict[str, Any]], task_id: str, where: str = "config") -> None:
+    """Raise `UnsupportedTaskStep` naming the first step type this env cannot run."""
+    for index, step in enumerate(steps):
+        step_type = step.get("type") if isinstance(step, dict) else None
+        if step_type not in SUPPORTED_STEPS:
+            raise UnsupportedTaskStep(
+                f"task {task_id!r}: {where}[{index}] has unsupported step type {step_type!r}; "
+                f"supported types are: {', '.join(SUPPORTED_STEPS)}"
+            )
+
+
+def run_steps(context: StepContext, steps: Sequence[dict[str, Any]]) -> None:
+    """Run set-up steps in order (call `check_steps` first)."""
+    for step in steps:
+        SUPPORTED_STEPS[step["type"]](context, dict(step.get("parameters", {})))

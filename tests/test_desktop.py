@@ -1,0 +1,305 @@
+"""Desktop-v0 on a real Xvfb desktop: scripted solutions score 1, wrong ones 0, bad input is
+feedback, episodes are isolated, recordings are written, and resets and steps are fast."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401 - registers agent_rl/Desktop-v0
+from envs.desktop import DesktopEnv, load_desktop_tasks, load_task_file
+from envs.desktop.display import REQUIRED_PROGRAMS
+from envs.desktop.evaluate import UnsupportedEvaluator
+from envs.desktop.setup_steps import UnsupportedTaskStep
+from envs.desktop.tasks import TASKS_DIR, check_task
+from envs.tool_calls import format_tool_call
+
+_missing = [program for program in (*REQUIRED_PROGRAMS, "xterm", "xedit", "xfe") if not shutil.which(program)]
+needs_desktop = pytest.mark.skipif(
+    bool(_missing),
+    reason=f"desktop programs missing: {', '.join(_missing)} (apt-get install -y "
+    "--no-install-recommends xvfb jwm xdotool bubblewrap xterm x11-apps xfe)",
+)
+
+if "agent_rl/Desktop-v0" not in gymnasium.registry:
+    gymnasium.register(id="agent_rl/Desktop-v0", entry_point="envs.desktop:DesktopEnv")
+
+OSWORLD_TASK = TASKS_DIR / "examples" / "os" / "6f56bf42-85b8-4fbb-8e06-6c44960184ba.json"
+
+
+def call(name: str, **arguments: object) -> str:
+    return format_tool_call(name, arguments)
+
+
+def all_tasks() -> dict[str, dict]:
+    rows = [*load_desktop_tasks("train"), *load_desktop_tasks("heldout")]
+    return {row["task_id"]: row for row in rows}
+
+
+def button_center(observation: str, window_title: str, button: str) -> tuple[int, int]:
+    """Where the tree says a window's title-bar button is, as a model would read it."""
+    block = observation.split(f'"{window_title}"', 1)[1]
+    match = re.search(rf'button "{button}" at .*? center \((\d+), (\d+)\)', block)
+    assert match, f"no {button} button for {window_title!r} in:\n{observation}"
+    return int(match.group(1)), int(match.group(2))
+
+
+@pytest.fixture(scope="module")
+def env() -> Iterator[DesktopEnv]:
+    desktop = DesktopEnv(split="train")
+    yield desktop
+    desktop.close()
+
+
+@pytest.fixture(scope="module")
+def tasks() -> dict[str, dict]:
+    return all_tasks()
+
+
+def play(env: DesktopEnv, task: dict, turns: list[str]) -> tuple[float, bool, dict]:
+    """Run scripted turns from a reset; returns the final reward, terminated and info."""
+    env.reset(options={"task": task})
+    reward, terminated, info = 0.0, False, {}
+    for turn in turns:
+        _, reward, terminated, truncated, info = env.step(turn)
+        if terminated or truncated:
+            break
+    return reward, terminated, info
+
+
+SOLUTIONS = {
+    "terminal-write-hello": [call("TYPING", text="echo 'hello world' > ~/hello.txt\n")],
+    "terminal-set-title": [call("TYPING", text="printf '\\033]0;build-server\\007'\n")],
+    "editor-append-line": [
+        call("HOTKEY", keys=["ctrl", "e"]),
+        call("PRESS", key="down") + call("TYPING", text="buy milk\n"),
+        call("HOTKEY", keys=["ctrl", "x"]) + call("HOTKEY", keys=["ctrl", "s"]),
+    ],
+    "files-new-folder": [call("PRESS", key="f7"), call("TYPING", text="archive\n")],
+    "window-maximize-logo": [call("HOTKEY", keys=["alt", "f10"])],
+    "files-open-folder": [call("DOUBLE_CLICK", x=220, y=220)],  # the "reports" row of xfe's list
+    "6f56bf42-85b8-4fbb-8e06-6c44960184ba": [
+        call("TYPING", text="echo 'water the plants' >> ~/Desktop/todo.txt\n")
+    ],
+}
+
+
+@needs_desktop
+@pytest.mark.parametrize("task_id", sorted(SOLUTIONS))
+def test_scripted_solution_scores_one(env: DesktopEnv, tasks: dict, task_id: str) -> None:
+    reward, terminated, info = play(env, tasks[task_id], [*SOLUTIONS[task_id], call("DONE")])
+    assert terminated and info["ended_by"] == "DONE"
+    assert reward == 1.0, info
+
+
+@needs_desktop
+def test_closing_a_window_by_its_title_bar_button_from_the_tree_scores_one(
+    env: DesktopEnv, tasks: dict
+) -> None:
+    messages, _ = env.reset(options={"task": tasks["window-close-clock"]})
+    x, y = button_center(messages[-1]["content"], "xclock", "close")
+    env.step(call("CLICK", x=x, y=y))
+    _, reward, terminated, _, _ = env.step(call("DONE"))
+    assert terminated and reward == 1.0
+
+
+@needs_desktop
+def test_infeasible_task_scores_one_only_for_fail(env: DesktopEnv, tasks: dict) -> None:
+    assert play(env, tasks["infeasible-photoshop"], [call("FAIL")])[0] == 1.0
+    assert play(env, tasks["infeasible-photoshop"], [call("DONE")])[0] == 0.0
+
+
+@needs_desktop
+@pytest.mark.parametrize(
+    ("task_id", "turns"),
+    [
+        ("terminal-make-folder", [call("DONE")]),
+        ("terminal-write-hello", [call("TYPING", text="echo 'hello' > ~/hello.txt\n"), call("DONE")]),
+        ("terminal-write-hello", [call("TYPING", text="echo 'hello world' > ~/hello.txt\n"), call("FAIL")]),
+        # Alt+F4 closes the focused xlogo: xclock never takes the keyboard focus.
+        ("window-close-clock", [call("HOTKEY", keys=["alt", "f4"]), call("DONE")]),
+    ],
+    ids=["done-at-once", "wrong-text", "fail-on-feasible", "closed-wrong-window"],
+)
+def test_wrong_solution_scores_zero(env: DesktopEnv, tasks: dict, task_id: str, turns: list[str]) -> None:
+    reward, terminated, _ = play(env, tasks[task_id], turns)
+    assert terminated and reward == 0.0
+
+
+@needs_desktop
+def test_invalid_actions_get_feedback_and_the_episode_goes_on(env: DesktopEnv, tasks: dict) -> None:
+    env.reset(options={"task": tasks["terminal-make-folder"]})
+    bad_turns = {
+        call("PRESS", key="entr"): "Did you mean 'enter'",
+        call("CLICK", x=5000, y=10): "off the screen",
+        call("CLICK", x=10): "give both x and y",
+        call("SCROLL", dx=0, dy=0): "nothing to scroll",
+        call("HOTKEY", keys="ctrl+c"): "must be of type array",
+        call("DRAG", x=1, y=1): "Did you mean 'DRAG_TO'",
+        '<tool_call>{"name": "CLICK", "arguments": {x: 1}}</tool_call>': "not valid JSON",
+    }
+    for turn, expected in bad_turns.items():
+        messages, reward, terminated, truncated, _ = env.step(turn)
+        assert expected in messages[0]["content"], messages
+        assert (reward, terminated, truncated) == (0.0, False, False)
+    messages, *_ = env.step("I think I should make a folder.")
+    assert messages[0]["role"] == "user" and "No tool call" in messages[0]["content"]
+    env.step(call("TYPING", text="mkdir ~/projects\n"))
+    _, reward, terminated, _, _ = env.step(call("DONE"))
+    assert terminated and reward == 1.0
+
+
+@needs_desktop
+def test_turn_budget_truncates_with_zero_reward(tasks: dict) -> None:
+    env = DesktopEnv(max_turns=2)
+    try:
+        env.reset(options={"task": tasks["terminal-make-folder"]})
+        assert env.step(call("MOVE_TO", x=10, y=10))[2:4] == (False, False)
+        _, reward, terminated, truncated, _ = env.step(call("MOVE_TO", x=20, y=20))
+        assert (reward, terminated, truncated) == (0.0, False, True)
+    finally:
+        env.close()
+
+
+@needs_desktop
+def test_gymnasium_check_env_passes() -> None:
+    env = gymnasium.make("agent_rl/Desktop-v0", split="heldout")
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()
+
+
+@needs_desktop
+def test_osworld_format_task_loads_and_runs(env: DesktopEnv) -> None:
+    task = load_task_file(OSWORLD_TASK)
+    assert {
+        "id",
+        "snapshot",
+        "instruction",
+        "source",
+        "config",
+        "trajectory",
+        "related_apps",
+        "evaluator",
+        "proxy",
+        "fixed_ip",
+        "possibility_of_env_change",
+    } <= task.keys()
+    messages, info = env.reset(options={"task": task})
+    assert info["task_id"] == task["id"] and task["instruction"] in messages[-1]["content"]
+    assert "app=XTerm" in messages[-1]["content"]
+    env.step(call("TYPING", text="echo 'water the plants' >> ~/Desktop/todo.txt\n"))
+    assert env.step(call("DONE"))[1] == 1.0
+
+
+def test_unsupported_steps_and_evaluators_are_named_in_the_error() -> None:
+    task = json.loads(OSWORLD_TASK.read_text())
+    download = {"type": "download", "parameters": {"files": []}}
+    with pytest.raises(UnsupportedTaskStep, match="'download'"):
+        check_task(task | {"config": [download]})
+    evaluator = task["evaluator"] | {"func": "compare_pptx_files"}
+    with pytest.raises(UnsupportedEvaluator, match="'compare_pptx_files'"):
+        check_task(task | {"evaluator": evaluator})
+    getter = task["evaluator"] | {"result": {"type": "cloud_file", "path": "x"}}
+    with pytest.raises(UnsupportedEvaluator, match="'cloud_file'"):
+        check_task(task | {"evaluator": getter})
+
+
+def test_task_splits_cover_three_apps_and_do_not_overlap() -> None:
+    train, heldout = load_desktop_tasks("train"), load_desktop_tasks("heldout")
+    assert len(train) + len(heldout) >= 20
+    assert not set(train["task_id"]) & set(heldout["task_id"])
+    apps = set(train["category"]) | set(heldout["category"])
+    assert {"terminal", "editor", "file_manager"} <= apps
+    on_disk = {path.stem for path in (TASKS_DIR / "examples").glob("*/*.json")}
+    assert on_disk == set(train["task_id"]) | set(heldout["task_id"])
+
+
+@needs_desktop
+def test_episodes_have_private_displays_homes_and_no_network(tasks: dict) -> None:
+    first, second = DesktopEnv(), DesktopEnv()
+    try:
+        first.reset(options={"task": tasks["terminal-make-folder"]})
+        second.reset(options={"task": tasks["terminal-make-folder"]})
+        assert first.display is not None and second.display is not None
+        assert first.display != second.display
+        first.step(call("TYPING", text="echo secret > ~/mine.txt\n"))
+        assert second.step(call("DONE"))[1] == 0.0
+        session = first._session
+        assert session is not None and (session.home / "mine.txt").read_text() == "secret\n"
+        other_socket = f"/tmp/.X11-unix/X{second.display.lstrip(':')}"
+        probe = session.run(
+            f"ls /home; test -e {other_socket} && echo other-display-visible; "
+            "cat /proc/net/dev | grep -c ':' ; DISPLAY="
+            + second.display
+            + " xdotool getmouselocation || echo no-other-display",
+            shell=True,
+        )
+        assert probe.stdout.split()[:2] == ["user", "1"], probe  # only loopback
+        assert "other-display-visible" not in probe.stdout and "no-other-display" in probe.stdout
+    finally:
+        first.close()
+        second.close()
+
+
+@needs_desktop
+def test_recording_writes_html_page_and_contact_sheet(tasks: dict, tmp_path: Path) -> None:
+    env = DesktopEnv(record_dir=str(tmp_path))
+    try:
+        reward, _, info = play(
+            env,
+            tasks["terminal-write-hello"],
+            [*SOLUTIONS["terminal-write-hello"], call("DONE")],
+        )
+    finally:
+        env.close()
+    page = Path(info["recording"])
+    folder = page.parent
+    assert reward == 1.0 and page.name == "index.html"
+    assert sorted(path.name for path in folder.glob("step_*.png")) == [
+        "step_000.png",
+        "step_001.png",
+        "step_002.png",
+    ]
+    html = page.read_text()
+    assert "step_002.png" in html and "TYPING" in html and "hello world" in html
+    record = json.loads((folder / "episode.json").read_text())
+    assert [step["index"] for step in record["steps"]] == [0, 1, 2]
+    assert record["outcome"]["reward"] == 1.0
+    assert (folder / "contact_sheet.png").stat().st_size > 1000
+
+
+@needs_desktop
+def test_reset_under_3s_and_step_under_300ms(env: DesktopEnv, tasks: dict) -> None:
+    resets, steps = [], []
+    for _ in range(2):
+        started = time.perf_counter()
+        env.reset(options={"task": tasks["editor-append-line"]})
+        resets.append(time.perf_counter() - started)
+        for x in (100, 200, 300, 400, 500):
+            started = time.perf_counter()
+            env.step(call("CLICK", x=x, y=300))
+            steps.append(time.perf_counter() - started)
+    print(
+        f"reset median {statistics.median(resets):.2f} s; step median "
+        f"{statistics.median(steps) * 1000:.0f} ms, max {max(steps) * 1000:.0f} ms"
+    )
+    assert statistics.median(resets) < 3.0
+    assert statistics.median(steps) < 0.3
+
+
+def test_desktop_programs_are_named_when_missing() -> None:
+    from envs.desktop.display import MissingProgramError, require_programs
+
+    with pytest.raises(MissingProgramError, match="no-such-program-xyz"):
+        require_programs(["no-such-program-xyz"])
