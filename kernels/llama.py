@@ -1,0 +1,234 @@
+"""A Llama-family model built only from the matched ops (nanoGPT style).
+
+The same module runs in the learner (with autograd) and inside vLLM (`kernels.vllm_model`), so a
+token's log-probability comes out bit for bit the same on both sides. The model works on a flat
+stream of tokens with their absolute positions; how attention finds its keys (a contiguous
+sequence here, vLLM's paged KV cache in the rollout) is passed in as `attend`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from kernels import cpu_ops, ops
+
+# attend(layer_index, q (T, heads, D), k (T, kv_heads, D), v (T, kv_heads, D)) -> (T, heads, D)
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class UnsupportedCheckpointError(ValueError):
+    """A checkpoint this model definition cannot represent exactly."""
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    max_positions: int = 2048
+    tie_word_embeddings: bool = True
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> LlamaConfig:
+        """Read a Hugging Face Llama config.json; refuse features we would silently get wrong."""
+        rope = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise UnsupportedCheckpointError(
+                f"rope type {rope_type!r} is not implemented by the matched Llama; only plain "
+                "rotary embeddings are (use a checkpoint without rope_scaling)")
+        if hf.get("attention_bias") or hf.get("mlp_bias"):
+            raise UnsupportedCheckpointError("attention/mlp biases are not supported")
+        heads = hf["num_attention_heads"]
+        return cls(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads") or heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+            rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-5),
+            max_positions=hf.get("max_position_embeddings", 2048),
+            tie_word_embeddings=hf.get("tie_word_embeddings", True),
+        )
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.rms_norm(x, self.weight, self.eps)
+
+
+class Linear(nn.Module):
+    """A bias-free projection whose matmul is the matched `ops.linear`."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.linear(x, self.weight)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_index: int):
+        super().__init__()
+        self.layer_index = layer_index
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.q_proj = Linear(config.hidden_size, config.num_heads * config.head_dim)
+        self.k_proj = Linear(config.hidden_size, config.num_kv_heads * config.head_dim)
+        self.v_proj = Linear(config.hidden_size, config.num_kv_heads * config.head_dim)
+        self.o_proj = Linear(config.num_heads * config.head_dim, config.hidden_size)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attend: Attend) -> torch.Tensor:
+        tokens = x.shape[0]
+        q = self.q_proj(x).view(tokens, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        q, k = ops.rotary(q, cos, sin), ops.rotary(k, cos, sin)
+        y = attend(self.layer_index, q, k, v)  # (T, heads, D)
+        return self.o_proj(y.reshape(tokens, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(ops.silu_and_mul(self.gate_proj(x), self.up_proj(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: LlamaConfig, layer_index: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer_index)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                attend: Attend) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class MatchedLlama(nn.Module):
+    """The learner's Llama: HF-compatible weights, matched forward, autograd backward."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = None if config.tie_word_embeddings else Linear(
+            config.hidden_size, config.vocab_size)
+        # Plain attributes, not buffers: `.to(bfloat16)` must not round the rotary tables, or
+        # the learner would rotate with other values than the rollout.
+        self.rope_tables = cpu_ops.rotary_tables(
+            config.head_dim, config.max_positions, config.rope_theta)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: torch.dtype | str = torch.float32
+                        ) -> MatchedLlama:
+        """Load a Hugging Face Llama checkpoint (safetensors, tied or untied embeddings)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        config = LlamaConfig.from_hf(json.loads((path / "config.json").read_text()))
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{path} holds no *.safetensors weights")
+        with torch.device("meta"):
+            model = cls(config)
+        model.to_empty(device="cpu")
+        state = {}
+        for file in files:
+            state.update(load_file(file))
+        model.load_weights(state.items())
+        return model.to(dtype)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy HF-named tensors in; rotary caches and a tied lm_head are skipped."""
+        params = dict(self.named_parameters())
+        loaded = set()
+        for name, tensor in weights:
+            name = name.removeprefix("model.")
+            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and self.lm_head is None):
+                continue
+            if name not in params:
+                raise UnsupportedCheckpointError(f"checkpoint tensor {name!r} has no place here")
+            with torch.no_grad():
+                params[name].copy_(tensor)
+            loaded.add(name)
+        missing = set(params) - loaded
+        if missing:
+            raise UnsupportedCheckpointError(f"checkpoint lacks {sorted(missing)[:5]}")
+        return loaded
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                      attend: Attend) -> torch.Tensor:
+        """Final-norm hidden states of a flat token stream (T,) at the given positions."""
+        x = self.embed_tokens(input_ids)
+        if self.rope_tables[0].device != positions.device:
+            self.rope_tables = tuple(t.to(positions.device) for t in self.rope_tables)
+        cos, sin = self.rope_tables[0][positions], self.rope_tables[1][positions]
+        for block in self.layers:
+            x = block(x, cos, sin, attend)
+        return self.norm(x)
+
+    def _sequence_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced pass over one or more sequences: (T,) -> (T, C), (B, T) -> (B, T, C)."""
+        if input_ids.dim() == 2:
+            return torch.stack([self._sequence_hidden(row) for row in input_ids])
+        length = input_ids.shape[0]
+        if length > self.config.max_positions:
+            raise ValueError(f"sequence of {length} tokens exceeds the model's "
+                             f"{self.config.max_positions} positions")
+        scale = self.config.head_dim ** -0.5
+
+        def attend(_layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return ops.attention(q, k, v, scale)
+
+        return self.hidden_states(input_ids, torch.arange(length), attend)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """fp32 logits for every position: (T,) -> (T, V) or (B, T) -> (B, T, V)."""
+        return ops.lm_head_logits(self._sequence_hidden(input_ids), self.lm_head_weight)
+
+    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Log-prob of each next token, fp32: (T,) -> (T-1,), (B, T) -> (B, T-1).
+
+        Row t is log p(input_ids[t+1] | input_ids[:t+1]), computed with the fp32 lm_head and
+        fp32 log-softmax the rollout's sampler uses.
+        """
+        hidden = self._sequence_hidden(input_ids)[..., :-1, :]
+        return ops.lm_head_logprobs(hidden, self.lm_head_weight, input_ids[..., 1:])

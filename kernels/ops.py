@@ -1,0 +1,143 @@
+"""The matched op set: one entry point per op, used by the learner and by the rollout alike.
+
+Each op picks its backend from the input's device (CPU: `kernels.cpu_ops`, CUDA:
+`kernels.triton_ops`). When autograd needs a gradient, the forward still runs the matched kernel
+and the backward differentiates the reference math in `kernels.reference`: only the forward has
+to agree bit for bit with the rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from types import ModuleType
+
+import torch
+
+from kernels import cpu_ops, reference
+
+
+class BackendUnavailableError(RuntimeError):
+    """No matched backend exists for the tensors' device."""
+
+
+def backend(x: torch.Tensor) -> ModuleType:
+    """The kernel module for x's device."""
+    if x.device.type == "cpu":
+        return cpu_ops
+    if x.device.type == "cuda":
+        try:
+            from kernels import triton_ops
+        except ImportError as error:
+            raise BackendUnavailableError(
+                f"the Triton backend for CUDA tensors is not available ({error}); run the "
+                "matched kernels on CPU tensors") from error
+        return triton_ops
+    raise BackendUnavailableError(
+        f"no matched kernels for device {x.device}; use CPU tensors or a CUDA GPU with Triton"
+    )
+
+
+def _needs_grad(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+class _MatchedForward(torch.autograd.Function):
+    """Forward: the matched kernel. Backward: autograd through the reference math."""
+
+    @staticmethod
+    def forward(ctx, fast: Callable, ref: Callable, *inputs: torch.Tensor) -> torch.Tensor:
+        ctx.ref = ref
+        ctx.save_for_backward(*inputs)
+        return fast(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        inputs = [t.detach().requires_grad_(t.requires_grad) for t in ctx.saved_tensors]
+        wanted = [t for t in inputs if t.requires_grad]
+        with torch.enable_grad():
+            out = ctx.ref(*inputs)
+        grads = iter(torch.autograd.grad(out, wanted, grad, allow_unused=True))
+        return (None, None, *(next(grads) if t.requires_grad else None for t in inputs))
+
+
+class _Linear(torch.autograd.Function):
+    """Matched forward GEMM, plain backward GEMMs (no recompute needed for a linear map)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return backend(x).linear(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        grad_x = grad @ weight if ctx.needs_input_grad[0] else None
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        return grad_x, grad_w
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T, batch-invariant per row."""
+    if _needs_grad(x, weight):
+        return _Linear.apply(x, weight)
+    return backend(x).linear(x, weight)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Llama RMSNorm over the last dim."""
+    fast = partial(backend(x).rms_norm, eps=eps)
+    if _needs_grad(x, weight):
+        return _MatchedForward.apply(fast, partial(reference.rms_norm, eps=eps), x, weight)
+    return fast(x, weight)
+
+
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up (the Llama MLP's gated activation)."""
+    fast = backend(gate).silu_and_mul
+    if _needs_grad(gate, up):
+        return _MatchedForward.apply(fast, reference.silu_and_mul, gate, up)
+    return fast(gate, up)
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding; cos/sin are the table rows of x's positions, (T, D/2)."""
+    fast = backend(x).rotary
+    if _needs_grad(x):
+        return _MatchedForward.apply(fast, reference.rotary, x, cos, sin)
+    return fast(x, cos, sin)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal self-attention over one contiguous sequence: q (T, heads, D), k/v (T, kv_heads, D).
+
+    Gives each query the same bits as `paged_attention` does in a decode step.
+    """
+    fast = partial(backend(q).attention, scale=scale)
+    if _needs_grad(q, k, v):
+        return _MatchedForward.apply(fast, partial(reference.attention, scale=scale), q, k, v)
+    return fast(q, k, v)
+
+
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, plan: cpu_ops.PagedPlan,
+                    scale: float) -> torch.Tensor:
+    """Causal attention of packed queries over a paged KV cache (inference only)."""
+    return backend(q).paged_attention(q, kv_cache, plan, scale)
+
+
+def lm_head_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """fp32 vocabulary projection: the logits the rollout's sampler sees."""
+    if _needs_grad(hidden, weight):
+        return _Linear.apply(hidden.float(), weight.float())
+    return backend(hidden).lm_head_logits(hidden, weight)
+
+
+def lm_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor,
+                     targets: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 lm_head then fp32 log-softmax; with targets, the log-prob of each target token."""
+    logprobs = lm_head_logits(hidden, weight).log_softmax(dim=-1, dtype=torch.float32)
+    if targets is None:
+        return logprobs
+    return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

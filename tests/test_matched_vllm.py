@@ -1,0 +1,83 @@
+"""vLLM running MatchedLlamaForCausalLM samples tokens whose logprobs the learner's MatchedLlama
+recomputes bit for bit, at any batch size and with mixed prompt lengths."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.checkpoint import use_matched_architecture
+from kernels.llama import MatchedLlama
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "Hello there",
+    "What is 2+3? Explain every step of the addition in detail, please.",
+    "a",
+    "The quick brown fox jumps over the lazy dog. " * 6,
+    "x y z",
+    "def add(a, b):\n    return",
+    "Tell me a story",
+    "Once upon a time, in a land far away, there lived",
+]
+
+
+def _engine(model_dir: Path, dtype: str):
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM
+
+    from kernels.vllm_plugin import register
+
+    register()
+    return LLM(model=str(model_dir), dtype=dtype, enforce_eager=True, max_model_len=512,
+               enable_prefix_caching=False, logprobs_mode="processed_logprobs", seed=0)
+
+
+@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+def engine_and_learner(request, tiny_model: Path, tmp_path_factory):
+    dtype = request.param
+    model_dir = use_matched_architecture(tiny_model, tmp_path_factory.mktemp("matched") / "m")
+    llm = _engine(model_dir, dtype)
+    yield llm, MatchedLlama.from_pretrained(tiny_model, dtype=dtype)
+    del llm
+    gc.collect()
+
+
+def _max_abs_diff(llm, learner: MatchedLlama, prompts: list[str], max_tokens: int) -> float:
+    from vllm import SamplingParams
+
+    params = SamplingParams(logprobs=0, temperature=1.0, max_tokens=max_tokens, seed=3,
+                            ignore_eos=True)
+    worst = 0.0
+    for out in llm.generate(prompts, params, use_tqdm=False):
+        completion = out.outputs[0]
+        ids = torch.tensor([*out.prompt_token_ids, *completion.token_ids])
+        behavior = torch.tensor([step[token].logprob for step, token in
+                                 zip(completion.logprobs, completion.token_ids, strict=True)])
+        with torch.no_grad():
+            recomputed = learner.token_logprobs(ids)[len(out.prompt_token_ids) - 1:]
+        assert recomputed.shape == behavior.shape
+        worst = max(worst, (recomputed - behavior).abs().max().item())
+    return worst
+
+
+def test_vllm_sampled_logprobs_equal_learner_recompute_at_batch_1(engine_and_learner) -> None:
+    llm, learner = engine_and_learner
+    assert _max_abs_diff(llm, learner, PROMPTS[1:2], max_tokens=24) == 0.0
+
+
+def test_vllm_sampled_logprobs_equal_learner_recompute_at_batch_8(engine_and_learner) -> None:
+    llm, learner = engine_and_learner
+    assert _max_abs_diff(llm, learner, PROMPTS, max_tokens=24) == 0.0
+
+
+def test_vllm_runs_the_matched_model(engine_and_learner) -> None:
+    llm, _ = engine_and_learner
+    names = llm.apply_model(lambda model: type(model).__name__)
+    assert names == ["MatchedLlamaForCausalLM"]
