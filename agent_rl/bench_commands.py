@@ -41,3 +41,20 @@ def bench_env(
     from agent_rl.benchmarks import env_bench
 
     _save(env_bench.run(console, env_id=env, steps=steps), out)
+
+
+@app.command("kernels")
+def bench_kernels(
+    model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "default",
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    batch_size: Annotated[int, typer.Option(min=1)] = 8,
+    max_tokens: Annotated[int, typer.Option(min=1)] = 64,
+    out: OutOption = None,
+) -> None:
+    """Rollout tokens/s matched vs vLLM's model; learner fwd+bwd tokens/s matched vs transformers."""
+    from agent_rl.benchmarks import kernels_bench
+    from agent_rl.model_store import resolve_model
+
+    rows = kernels_bench.run(console, resolve_model(model, dtype), dtype=dtype,
+                             batch_size=batch_size, max_tokens=max_tokens)
+    _save(rows, out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,12 +17,6 @@ from rich.console import Console
 from rich.table import Table
 
 from agent_rl.bench_commands import app as bench_app
-from agent_rl.config import ConfigError
-from agent_rl.model_store import (
-    ChatTemplateMissingError,
-    ModelNotFoundError,
-    ModelVerificationError,
-)
 
 console = Console()
 app = typer.Typer(
@@ -38,21 +33,39 @@ class UserError(Exception):
     """An error whose message alone tells the user what to do."""
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    UserError,
-    ConfigError,
-    ModelNotFoundError,
-    ModelVerificationError,
-    ChatTemplateMissingError,
-    FileNotFoundError,
-)
+# Exceptions whose message is the whole story for a user, named as strings so that checking an
+# error does not import the heavy module that defines it.
+USER_ERRORS = frozenset({
+    "agent_rl.cli.UserError",
+    "agent_rl.config.ConfigError",
+    "agent_rl.model_store.ModelNotFoundError",
+    "agent_rl.model_store.ModelVerificationError",
+    "agent_rl.model_store.ChatTemplateMissingError",
+    "agent_rl.chat_tokens.ChatTemplateError",
+    "agent_rl.evaluate.EvalError",
+    "agent_rl.eval_report.ReportFormatError",
+    "agent_rl.pipeline.PipelineError",
+    "agent_rl.ledger.LedgerError",
+    "envs.tasks.TaskFileError",
+    "envs.tool_env.UnknownTaskError",
+    "kernels.llama.UnsupportedCheckpointError",
+    "kernels.ops.BackendUnavailableError",
+    "gymnasium.error.Error",
+    "builtins.FileNotFoundError",
+})
+
+
+def is_user_error(error: BaseException) -> bool:
+    return any(f"{cls.__module__}.{cls.__qualname__}" in USER_ERRORS for cls in type(error).__mro__)
 
 
 def _register_optional_commands() -> None:
     """Attach command groups whose modules live beside the parts they drive."""
     from agent_rl import env_commands
+    from agent_rl.evaluate import eval_command
 
     app.add_typer(env_commands.app, name="env", help="List registered envs and run episodes.")
+    app.command("eval")(eval_command)
 
 
 @app.callback()
@@ -123,6 +136,29 @@ def generate_command(
         console.print(f"max |vLLM - transformers fp32| = {worst:.2e}")
 
 
+@app.command("mismatch")
+def mismatch_command(
+    model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "default",
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,8,32",
+    dtypes: Annotated[str, typer.Option(help="Comma-separated: float32,bfloat16.")] = "float32,bfloat16",
+    max_tokens: Annotated[int, typer.Option(min=1)] = 64,
+    out: Annotated[Path, typer.Option(help="Where the JSON and PNG go.")] = Path("runs/mismatch"),
+) -> None:
+    """Rollout-vs-learner logprob mismatch, default vs matched kernels, side by side."""
+    from agent_rl import mismatch
+    from agent_rl.model_store import resolve_model
+
+    mismatch.run(console, resolve_model(model), batch_sizes=_ints(batch_sizes),
+                 dtypes=tuple(dtypes.split(",")), max_tokens=max_tokens, out_dir=out)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UserError(f"expected comma-separated integers, got {text!r}") from None
+
+
 def main() -> None:
     """Entry point: run the app and turn user-fixable errors into one line."""
     try:
@@ -131,6 +167,8 @@ def main() -> None:
         logging.getLogger(__name__).debug("optional commands unavailable: %s", err)
     try:
         app()
-    except USER_ERRORS as err:
+    except Exception as err:
+        if not is_user_error(err):
+            raise
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {err}", highlight=False)
         sys.exit(2)
