@@ -87,7 +87,25 @@ class MatchedLlamaForCausalLM(nn.Module):
         return self._fp32_head[1]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        return {f"model.{name}" for name in self.model.load_weights(weights)}
+        """Load through each parameter's `weight_loader`, as vLLM's in-place reload requires.
+
+        `reload_weights` swaps parameters for placeholders whose wrapped `weight_loader` records
+        the new values and copies them into the live storage when a layer is complete; a plain
+        `copy_` into the placeholder would be lost and leave the old weights in place.
+        """
+        from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+        params = dict(self.model.named_parameters())
+        loaded = set()
+        for name, tensor in weights:
+            name = name.removeprefix("model.")
+            if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and self.model.lm_head is None):
+                continue
+            param = params[name]
+            getattr(param, "weight_loader", default_weight_loader)(param, tensor)
+            loaded.add(f"model.{name}")
+        self._fp32_head = None
+        return loaded
 
 
 def _as_our_layout(kv_cache: torch.Tensor, head_dim: int) -> torch.Tensor:
