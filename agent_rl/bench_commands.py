@@ -58,3 +58,15 @@ def bench_kernels(
     rows = kernels_bench.run(console, resolve_model(model, dtype), dtype=dtype,
                              batch_size=batch_size, max_tokens=max_tokens)
     _save(rows, out)
+
+
+@app.command("pipeline")
+def bench_pipeline(
+    config: Annotated[Path, typer.Option(help="The run config both modes use.")] = Path("configs/smoke.yaml"),
+    updates: Annotated[int, typer.Option(min=1)] = 4,
+    out: OutOption = None,
+) -> None:
+    """Async (max_lag from the config) vs sync training for the same updates: updates/hour ratio."""
+    from agent_rl.benchmarks import pipeline_bench
+
+    _save(pipeline_bench.run(console, config, updates=updates), out)

@@ -136,6 +136,58 @@ def generate_command(
         console.print(f"max |vLLM - transformers fp32| = {worst:.2e}")
 
 
+@app.command("train")
+def train_command(
+    config_path: Annotated[Path, typer.Argument(help="A YAML run config, e.g. configs/smoke.yaml.")],
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a config key: --set num_updates=20.")
+    ] = None,
+) -> None:
+    """Train: rollout actors and the learner on Ray, asynchronous up to max_lag (or sync)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agent_rl.pipeline import train
+    from agent_rl.train_config import load_train_config
+
+    config = load_train_config(config_path, overrides=_parse_overrides(overrides or []))
+    columns = (TextColumn("[bold]update"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task("starting actors", total=config.num_updates)
+
+        def on_update(metrics: dict) -> None:
+            progress.update(bar, completed=metrics.get("step", 0), description=(
+                f"reward {metrics.get('charts/reward_mean', float('nan')):.3f}  "
+                f"IS max/med {metrics.get('is/max_over_median', float('nan')):.3f}  "
+                f"lag max {metrics.get('lag/max', 0)}"))
+
+        summary = train(config, on_update=on_update)
+    console.print(f"run dir: {summary.run_dir}  updates: {summary.updates}  "
+                  f"updates/hour: {summary.updates_per_hour:.1f}  max lag: {summary.lag_max}")
+    console.print(f"ledger: {summary.ledger}")
+
+
+def _parse_overrides(items: list[str]) -> dict[str, object]:
+    import yaml
+
+    parsed: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"--set takes key=value, got {item!r}")
+        parsed[key.strip()] = yaml.safe_load(value)
+    return parsed
+
+
+@app.command("plot")
+def plot_command(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """Write PNG curves (reward, IS weights, KL, grad norm, lag) for a run."""
+    from agent_rl.plot import plot_run
+
+    for path in plot_run(run_dir):
+        console.print(f"wrote {path}")
+
+
 @app.command("mismatch")
 def mismatch_command(
     model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "default",

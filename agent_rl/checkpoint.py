@@ -1,0 +1,138 @@
+"""Checkpoints a killed run can resume from without training twice on a group or losing one.
+
+A checkpoint is a folder `checkpoints/update_NNNNNN/` holding the learner (model, optimizer,
+policy version), the RNG states, and `run_state.json`: the ledger, the data position (the next
+task index and the task indices that were still being rolled out, which a resumed run generates
+again) and the groups that were generated but not yet trained (kept, so none is lost). It is
+written to a temporary folder and renamed into place, so a kill mid-write leaves the previous
+checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent_rl.ledger import Ledger
+from agent_rl.trajectory import Group, Trajectory
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS_DIR = "checkpoints"
+PREFIX = "update_"
+
+
+@dataclass
+class RunState:
+    """Everything besides the learner that a resumed run needs."""
+
+    next_task_index: int = 0
+    in_flight_task_indices: list[int] = field(default_factory=list)
+    queued_groups: list[Group] = field(default_factory=list)
+    ledger: Ledger = field(default_factory=Ledger)
+    metrics_step: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "next_task_index": self.next_task_index,
+            "in_flight_task_indices": sorted(self.in_flight_task_indices),
+            "queued_groups": [_group_to_dict(group) for group in self.queued_groups],
+            "ledger": self.ledger.to_dict(),
+            "metrics_step": self.metrics_step,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        return cls(
+            next_task_index=data["next_task_index"],
+            in_flight_task_indices=list(data["in_flight_task_indices"]),
+            queued_groups=[_group_from_dict(group) for group in data["queued_groups"]],
+            ledger=Ledger.from_dict(data["ledger"]),
+            metrics_step=data["metrics_step"],
+        )
+
+
+def save_checkpoint(
+    run_dir: Path, learner_state: dict[str, Any], state: RunState, keep: int = 2
+) -> Path:
+    """Write a checkpoint for the learner's current version; keep only the newest `keep`."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{PREFIX}{learner_state['version']:06d}"
+    partial = root / f".partial_{final.name}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    torch.save(learner_state, partial / "learner.pt")
+    torch.save(_rng_state(), partial / "rng.pt")
+    (partial / "run_state.json").write_text(json.dumps(state.to_dict(), default=str))
+    if final.exists():
+        shutil.rmtree(final)
+    partial.rename(final)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old)
+    logger.info("checkpoint written: %s", final)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.exists():
+        return []
+    return sorted(path for path in root.iterdir() if path.name.startswith(PREFIX))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    checkpoints = list_checkpoints(run_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def load_checkpoint(path: Path) -> tuple[dict[str, Any], RunState]:
+    """The learner state (for `Learner.load_state_dict`) and the run state; restores RNG states."""
+    path = Path(path)
+    missing = [n for n in ("learner.pt", "rng.pt", "run_state.json") if not (path / n).exists()]
+    if missing:
+        raise FileNotFoundError(f"checkpoint {path} is incomplete, missing {missing}; delete it")
+    learner_state = torch.load(path / "learner.pt", weights_only=True)
+    # Our own file: numpy's RNG state is an ndarray, which weights_only refuses.
+    _restore_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    state = RunState.from_dict(json.loads((path / "run_state.json").read_text()))
+    return learner_state, state
+
+
+def _rng_state() -> dict[str, Any]:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def _restore_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def _group_to_dict(group: Group) -> dict[str, Any]:
+    return {
+        "group_id": group.group_id,
+        "task_id": group.task_id,
+        "trajectories": [trajectory.to_dict() for trajectory in group.trajectories],
+    }
+
+
+def _group_from_dict(data: dict[str, Any]) -> Group:
+    return Group(
+        group_id=data["group_id"],
+        task_id=data["task_id"],
+        trajectories=[Trajectory.from_dict(t) for t in data["trajectories"]],
+    )

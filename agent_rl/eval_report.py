@@ -1,0 +1,480 @@
+"""The evaluation report: per-episode results in, per-category pass@k out, in four formats.
+
+`build_report` is pure (episodes -> `EvalReport`), so the statistics can be checked without an
+engine. The report renders as a rich table for the terminal, JSON (the format `compare` reads
+back), Markdown, and the episodes' transcripts as JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from agent_rl.passk import (
+    SUCCESS_THRESHOLD,
+    BootstrapInterval,
+    is_success,
+    macro_mean,
+    mean,
+    micro_mean,
+    paired_macro_difference_ci,
+    pass_at_k,
+)
+
+REPORT_FILE = "report.json"
+MARKDOWN_FILE = "report.md"
+TRANSCRIPTS_FILE = "transcripts.jsonl"
+REPORT_FORMAT_VERSION = 1
+
+
+class ReportFormatError(ValueError):
+    """A file given as an evaluation report is not one this version can read."""
+
+
+@dataclass
+class EpisodeResult:
+    """One sampled episode of one task, reduced to what the report needs.
+
+    `transcript` is the decoded conversation as segments [{"source": "model"|"env", "text"}];
+    it goes to the transcripts file, not into the report JSON.
+    """
+
+    task_id: str
+    category: str
+    sample_index: int
+    reward: float
+    num_turns: int
+    num_tool_calls: int
+    num_model_tokens: int
+    num_tokens: int
+    end_reason: str
+    transcript: list[dict[str, str]] = field(default_factory=list)
+    success_threshold: float = SUCCESS_THRESHOLD
+    error: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return is_success(self.reward, self.success_threshold)
+
+
+@dataclass
+class TaskResult:
+    """All samples of one task: the unit of the bootstrap in `compare`."""
+
+    task_id: str
+    category: str
+    num_samples: int
+    num_correct: int
+    pass_at_1: float
+    pass_at_k: float
+    mean_reward: float
+
+
+@dataclass
+class CategoryResult:
+    """One task category; pass@1 and pass@k are means over its tasks."""
+
+    category: str
+    num_tasks: int
+    num_episodes: int
+    pass_at_1: float
+    pass_at_k: float
+    mean_reward: float
+    mean_turns: float
+    mean_tool_calls: float
+    mean_model_tokens: float
+    mean_tokens: float
+
+
+@dataclass
+class EvalReport:
+    """The outcome of one evaluation run, as stored in report.json.
+
+    `macro_pass_at_1` averages the categories' pass@1 (each category weighs the same, the figure
+    to track); `micro_pass_at_1` averages all episodes (large categories weigh more). An episode
+    passes when its reward >= `success_threshold`.
+    """
+
+    model: str
+    env_id: str
+    tasks_source: str
+    split: str
+    k: int
+    temperature: float
+    success_threshold: float
+    macro_pass_at_1: float
+    micro_pass_at_1: float
+    macro_pass_at_k: float
+    num_tasks: int
+    num_episodes: int
+    mean_turns: float
+    mean_tool_calls: float
+    mean_model_tokens: float
+    mean_tokens: float
+    categories: list[CategoryResult]
+    tasks: list[TaskResult]
+    settings: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    format_version: int = REPORT_FORMAT_VERSION
+
+    def task_pass_at_1(self) -> dict[str, dict[str, float]]:
+        """pass@1 per task, grouped by category: the input of the paired bootstrap."""
+        grouped: dict[str, dict[str, float]] = defaultdict(dict)
+        for task in self.tasks:
+            grouped[task.category][task.task_id] = task.pass_at_1
+        return dict(grouped)
+
+    def metrics(self, prefix: str = "eval") -> dict[str, float]:
+        """Scalars for a run's metrics log: `eval/macro_pass_at_1`, `eval/pass_at_1/<category>`."""
+        scalars = {
+            f"{prefix}/macro_pass_at_1": self.macro_pass_at_1,
+            f"{prefix}/micro_pass_at_1": self.micro_pass_at_1,
+            f"{prefix}/macro_pass_at_{self.k}": self.macro_pass_at_k,
+            f"{prefix}/mean_turns": self.mean_turns,
+            f"{prefix}/mean_tool_calls": self.mean_tool_calls,
+            f"{prefix}/mean_model_tokens": self.mean_model_tokens,
+        }
+        for category in self.categories:
+            scalars[f"{prefix}/pass_at_1/{category.category}"] = category.pass_at_1
+        return scalars
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalReport:
+        version = data.get("format_version")
+        if version != REPORT_FORMAT_VERSION:
+            raise ReportFormatError(
+                f"report format_version is {version!r}, this agent-rl reads "
+                f"{REPORT_FORMAT_VERSION}; re-run the evaluation to regenerate it"
+            )
+        fields = dict(data)
+        fields["categories"] = [CategoryResult(**c) for c in data["categories"]]
+        fields["tasks"] = [TaskResult(**t) for t in data["tasks"]]
+        return cls(**fields)
+
+
+def build_report(
+    episodes: Sequence[EpisodeResult],
+    *,
+    model: str,
+    env_id: str,
+    tasks_source: str,
+    split: str,
+    k: int,
+    temperature: float,
+    settings: dict[str, Any] | None = None,
+    wall_s: float = 0.0,
+) -> EvalReport:
+    """Aggregate episodes into per-task, per-category and overall figures.
+
+    Raises:
+        ValueError: there are no episodes, or a task has fewer than k samples.
+    """
+    if not episodes:
+        raise ValueError("no episodes to report on: the task set was empty after filtering")
+    thresholds = {episode.success_threshold for episode in episodes}
+    if len(thresholds) != 1:
+        raise ValueError(f"episodes were judged with different success thresholds: {thresholds}")
+    by_task: dict[str, list[EpisodeResult]] = defaultdict(list)
+    for episode in episodes:
+        by_task[episode.task_id].append(episode)
+    tasks = [_task_result(task_episodes, k) for task_episodes in by_task.values()]
+    tasks.sort(key=lambda task: (task.category, task.task_id))
+
+    by_category: dict[str, list[EpisodeResult]] = defaultdict(list)
+    for episode in episodes:
+        by_category[episode.category].append(episode)
+    categories = [
+        _category_result(name, by_category[name], [t for t in tasks if t.category == name])
+        for name in sorted(by_category)
+    ]
+    pass_at_1 = {c: [t.pass_at_1 for t in tasks if t.category == c] for c in by_category}
+    pass_at_k_by_category = {
+        c: [t.pass_at_k for t in tasks if t.category == c] for c in by_category
+    }
+    successes = {c: [float(e.success) for e in by_category[c]] for c in by_category}
+    return EvalReport(
+        model=model,
+        env_id=env_id,
+        tasks_source=tasks_source,
+        split=split,
+        k=k,
+        temperature=temperature,
+        success_threshold=thresholds.pop(),
+        macro_pass_at_1=macro_mean(pass_at_1),
+        micro_pass_at_1=micro_mean(successes),
+        macro_pass_at_k=macro_mean(pass_at_k_by_category),
+        num_tasks=len(tasks),
+        num_episodes=len(episodes),
+        mean_turns=mean([e.num_turns for e in episodes]),
+        mean_tool_calls=mean([e.num_tool_calls for e in episodes]),
+        mean_model_tokens=mean([e.num_model_tokens for e in episodes]),
+        mean_tokens=mean([e.num_tokens for e in episodes]),
+        categories=categories,
+        tasks=tasks,
+        settings=dict(settings or {}),
+        wall_s=wall_s,
+    )
+
+
+def _task_result(episodes: Sequence[EpisodeResult], k: int) -> TaskResult:
+    first = episodes[0]
+    num_correct = sum(episode.success for episode in episodes)
+    if len(episodes) < k:
+        raise ValueError(
+            f"task {first.task_id!r} has {len(episodes)} samples, fewer than k={k}; "
+            "pass@k needs at least k samples per task"
+        )
+    return TaskResult(
+        task_id=first.task_id,
+        category=first.category,
+        num_samples=len(episodes),
+        num_correct=num_correct,
+        pass_at_1=num_correct / len(episodes),
+        pass_at_k=pass_at_k(len(episodes), num_correct, k),
+        mean_reward=mean([episode.reward for episode in episodes]),
+    )
+
+
+def _category_result(
+    name: str, episodes: Sequence[EpisodeResult], tasks: Sequence[TaskResult]
+) -> CategoryResult:
+    return CategoryResult(
+        category=name,
+        num_tasks=len(tasks),
+        num_episodes=len(episodes),
+        pass_at_1=mean([task.pass_at_1 for task in tasks]),
+        pass_at_k=mean([task.pass_at_k for task in tasks]),
+        mean_reward=mean([episode.reward for episode in episodes]),
+        mean_turns=mean([episode.num_turns for episode in episodes]),
+        mean_tool_calls=mean([episode.num_tool_calls for episode in episodes]),
+        mean_model_tokens=mean([episode.num_model_tokens for episode in episodes]),
+        mean_tokens=mean([episode.num_tokens for episode in episodes]),
+    )
+
+
+def _percent(value: float) -> str:
+    return f"{100.0 * value:.1f}%"
+
+
+def _signed_percent(value: float) -> str:
+    return f"{100.0 * value:+.1f}"
+
+
+def _report_rows(report: EvalReport) -> list[list[str]]:
+    rows = [
+        [
+            c.category,
+            str(c.num_tasks),
+            str(c.num_episodes),
+            _percent(c.pass_at_1),
+            *([_percent(c.pass_at_k)] if report.k > 1 else []),
+            f"{c.mean_turns:.2f}",
+            f"{c.mean_tool_calls:.2f}",
+            f"{c.mean_model_tokens:.0f}",
+        ]
+        for c in report.categories
+    ]
+    rows.append(
+        [
+            "macro",
+            str(report.num_tasks),
+            str(report.num_episodes),
+            _percent(report.macro_pass_at_1),
+            *([_percent(report.macro_pass_at_k)] if report.k > 1 else []),
+            f"{report.mean_turns:.2f}",
+            f"{report.mean_tool_calls:.2f}",
+            f"{report.mean_model_tokens:.0f}",
+        ]
+    )
+    micro = ["micro", "", "", _percent(report.micro_pass_at_1)]
+    rows.append(micro + [""] * (len(rows[-1]) - len(micro)))
+    return rows
+
+
+def _report_headers(report: EvalReport) -> list[str]:
+    """pass@k gets a column only when k > 1: for k = 1 it is pass@1 again."""
+    pass_at_k = [f"pass@{report.k}"] if report.k > 1 else []
+    return ["category", "tasks", "episodes", "pass@1", *pass_at_k, "turns", "tool calls",
+            "model tokens"]
+
+
+def report_table(report: EvalReport) -> Table:
+    """The report as a rich table, one row per category plus the macro and micro rows."""
+    table = Table(
+        title=f"{report.model} on {report.env_id} ({report.split}), "
+        f"k={report.k}, T={report.temperature:g}",
+        caption=f"pass = reward >= {report.success_threshold:g}; macro = mean of categories, "
+        "micro = mean of episodes",
+    )
+    headers = _report_headers(report)
+    for index, header in enumerate(headers):
+        table.add_column(header, justify="left" if index == 0 else "right")
+    rows = _report_rows(report)
+    for index, row in enumerate(rows):
+        table.add_row(*row, end_section=index == len(rows) - 3)
+    return table
+
+
+def _markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def report_markdown(report: EvalReport) -> str:
+    """The report as a Markdown section: a settings line and the category table."""
+    header = (
+        f"## Evaluation of `{report.model}`\n\n"
+        f"Env `{report.env_id}`, tasks `{report.tasks_source}` ({report.split}), "
+        f"k={report.k}, temperature {report.temperature:g}, "
+        f"{report.num_tasks} tasks, {report.num_episodes} episodes. "
+        f"An episode passes when its reward >= {report.success_threshold:g}.\n\n"
+        f"**Macro pass@1: {_percent(report.macro_pass_at_1)}** (mean of the categories' pass@1; "
+        f"micro, the mean over episodes: {_percent(report.micro_pass_at_1)}).\n\n"
+    )
+    return header + _markdown_table(_report_headers(report), _report_rows(report)) + "\n"
+
+
+def write_report(
+    report: EvalReport, episodes: Sequence[EpisodeResult], out_dir: Path
+) -> dict[str, Path]:
+    """Write report.json, report.md and transcripts.jsonl into out_dir; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out_dir / REPORT_FILE,
+        "markdown": out_dir / MARKDOWN_FILE,
+        "transcripts": out_dir / TRANSCRIPTS_FILE,
+    }
+    paths["json"].write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    paths["markdown"].write_text(report_markdown(report))
+    with paths["transcripts"].open("w") as handle:
+        for episode in episodes:
+            record = asdict(episode)
+            record["success"] = episode.success
+            handle.write(json.dumps(record) + "\n")
+    return paths
+
+
+def load_report(path: Path) -> EvalReport:
+    """Read a report.json (or a directory holding one).
+
+    Raises:
+        FileNotFoundError: no report at that path.
+        ReportFormatError: the file is not an agent-rl evaluation report.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / REPORT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no evaluation report at {path}; run `agent-rl eval --out DIR`")
+    try:
+        data = json.loads(path.read_text())
+        return EvalReport.from_dict(data)
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ReportFormatError(f"{path} is not an agent-rl evaluation report: {error}") from error
+
+
+@dataclass
+class Comparison:
+    """Two reports side by side and the bootstrap CI of their macro pass@1 difference (A - B)."""
+
+    report_a: EvalReport
+    report_b: EvalReport
+    difference: BootstrapInterval
+    label_a: str = "A"
+    label_b: str = "B"
+
+    def rows(self) -> list[list[str]]:
+        by_name_a = {c.category: c for c in self.report_a.categories}
+        by_name_b = {c.category: c for c in self.report_b.categories}
+        rows = [
+            [
+                name,
+                _percent(by_name_a[name].pass_at_1),
+                _percent(by_name_b[name].pass_at_1),
+                _signed_percent(by_name_a[name].pass_at_1 - by_name_b[name].pass_at_1),
+            ]
+            for name in sorted(by_name_a)
+        ]
+        ci = self.difference
+        rows.append(
+            [
+                "macro pass@1",
+                _percent(self.report_a.macro_pass_at_1),
+                _percent(self.report_b.macro_pass_at_1),
+                f"{_signed_percent(ci.estimate)} "
+                f"[{_signed_percent(ci.low)}, {_signed_percent(ci.high)}]",
+            ]
+        )
+        return rows
+
+    def headers(self) -> list[str]:
+        return ["category", f"{self.label_a} pass@1", f"{self.label_b} pass@1",
+                f"A - B (pts, {self.difference.confidence:.0%} CI)"]
+
+    def table(self) -> Table:
+        """Rich table: per-category pass@1 of both, the difference, the macro row with its CI."""
+        table = Table(
+            title=f"A = {self.label_a}  vs  B = {self.label_b}",
+            caption=f"paired bootstrap over tasks, {self.difference.num_resamples} resamples, "
+            f"seed {self.difference.seed}",
+        )
+        for index, header in enumerate(self.headers()):
+            table.add_column(header, justify="left" if index == 0 else "right")
+        rows = self.rows()
+        for index, row in enumerate(rows):
+            table.add_row(*row, end_section=index == len(rows) - 2)
+        return table
+
+    def markdown(self) -> str:
+        """The same comparison as a Markdown section."""
+        ci = self.difference
+        header = (
+            f"## Comparison\n\nA = `{self.label_a}`, B = `{self.label_b}`. "
+            f"Macro pass@1 difference A - B: {_signed_percent(ci.estimate)} points, "
+            f"{ci.confidence:.0%} CI [{_signed_percent(ci.low)}, {_signed_percent(ci.high)}] "
+            f"(paired bootstrap over tasks within categories, {ci.num_resamples} resamples, "
+            f"seed {ci.seed}).\n\n"
+        )
+        return header + _markdown_table(self.headers(), self.rows()) + "\n"
+
+
+def compare(
+    report_a: EvalReport,
+    report_b: EvalReport,
+    *,
+    num_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    label_a: str | None = None,
+    label_b: str | None = None,
+) -> Comparison:
+    """Compare two evaluations of the same tasks: macro pass@1 difference with a bootstrap CI.
+
+    Raises:
+        ValueError: the reports do not cover the same tasks (the bootstrap pairs tasks).
+    """
+    difference = paired_macro_difference_ci(
+        report_a.task_pass_at_1(),
+        report_b.task_pass_at_1(),
+        num_resamples=num_resamples,
+        confidence=confidence,
+        seed=seed,
+    )
+    return Comparison(
+        report_a=report_a,
+        report_b=report_b,
+        difference=difference,
+        label_a=label_a or report_a.model,
+        label_b=label_b or report_b.model,
+    )

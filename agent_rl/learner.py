@@ -1,0 +1,374 @@
+"""The learner: recomputes the sampled tokens' logprobs with the newest weights and takes one
+AdamW step of group REINFORCE with unclipped importance sampling.
+
+One update reads top to bottom in `Learner.train_step`: advantages per group, samples packed into
+token-budget micro-batches, a forward and backward per micro-batch (gradients accumulate), the
+pre-clip gradient norm, the optimizer step, the version bump. The model is the matched-kernel
+Llama (`kernels.llama.MatchedLlama`) so that at lag 0 the learner's logprobs equal the rollout's
+bit for bit, or plain transformers in fp32 with an fp32 log_softmax when matched kernels are off.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from agent_rl.advantages import group_advantages, has_reward_variance
+from agent_rl.loss import LossSettings, k3_kl, response_loss
+from agent_rl.trajectory import Group, Trajectory
+
+logger = logging.getLogger(__name__)
+
+
+class LearnerError(RuntimeError):
+    """Data the learner cannot train on, or a model it cannot build."""
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """Everything the learner needs; built from `TrainConfig` by `learner_settings`."""
+
+    model_dir: Path
+    matched_kernels: bool = True
+    dtype: str = "float32"
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-8
+    max_grad_norm: float | None = None  # None: never clip, but the norm is always measured
+    micro_batch_tokens: int = 8192
+    activation_checkpointing: bool = False
+    temperature: float = 1.0
+    loss: LossSettings = field(default_factory=LossSettings)
+    diagnose_flat_groups: bool = True  # forward flat groups (no gradient) for IS/KL metrics
+    seed: int = 0
+
+
+class PolicyModel(Protocol):
+    """What the learner needs of a model, whichever kernels compute it."""
+
+    module: torch.nn.Module
+
+    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(T,) ids -> (T-1,) logprob of each next token, differentiable."""
+        ...
+
+    def rollout_state_dict(self) -> dict[str, torch.Tensor]:
+        """Weights under Hugging Face names, as the rollout engine loads them."""
+        ...
+
+
+class TransformersPolicy:
+    """Plain transformers, with the vocabulary projection's log_softmax done in fp32."""
+
+    def __init__(self, model_dir: Path, dtype: str, temperature: float, checkpointing: bool):
+        from transformers import AutoModelForCausalLM
+
+        self.module = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+        self.module.config.use_cache = False
+        if checkpointing:
+            self.module.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        self.temperature = temperature
+
+    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
+        logits = self.module(input_ids=input_ids[None], use_cache=False).logits[0, :-1].float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        logprobs = torch.log_softmax(logits, dim=-1)
+        return logprobs.gather(-1, input_ids[1:, None]).squeeze(-1)
+
+    def rollout_state_dict(self) -> dict[str, torch.Tensor]:
+        state = {name: tensor.detach() for name, tensor in self.module.state_dict().items()}
+        if getattr(self.module.config, "tie_word_embeddings", False):
+            # vLLM ties lm_head to the embedding itself; sending it twice doubles the broadcast.
+            state.pop("lm_head.weight", None)
+        return state
+
+
+class MatchedPolicy:
+    """The matched-kernel Llama: the same ops, in the same reduction order, as the rollout."""
+
+    def __init__(self, model_dir: Path, dtype: str, temperature: float, checkpointing: bool):
+        try:
+            from kernels.llama import MatchedLlama
+        except ImportError as err:
+            raise LearnerError(
+                f"matched_kernels=True needs kernels.llama.MatchedLlama, which failed to import "
+                f"({err}); set matched_kernels: false to train with plain transformers"
+            ) from err
+        self.module = MatchedLlama.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+        if checkpointing:
+            raise LearnerError(
+                "kernels.llama.MatchedLlama has no activation checkpointing yet; set "
+                "activation_checkpointing: false, or matched_kernels: false for long sequences"
+            )
+        if temperature != 1.0:
+            raise LearnerError(
+                f"temperature {temperature} with matched kernels: MatchedLlama.token_logprobs "
+                "computes temperature-1 logprobs only; sample at temperature 1.0"
+            )
+
+    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.module.token_logprobs(input_ids)
+
+    def rollout_state_dict(self) -> dict[str, torch.Tensor]:
+        # MatchedLlama names its parameters like HF's LlamaModel, without the "model." prefix.
+        return {
+            name if name.startswith("lm_head.") else f"model.{name}": tensor.detach()
+            for name, tensor in self.module.state_dict().items()
+        }
+
+
+@dataclass
+class Sample:
+    """One response cut for training: position t of the arrays predicts token t+1."""
+
+    token_ids: torch.Tensor  # (T,) the whole episode: prompt, model turns, tool results
+    model_positions: torch.Tensor  # (N,) positions in the (T-1,) logprob row that were sampled
+    behavior_logprobs: torch.Tensor  # (N,) what the rollout recorded for those tokens
+    policy_versions: torch.Tensor  # (N,) the policy version that sampled each token
+    advantage: float
+    needs_grad: bool = True  # False: forwarded for the IS/KL metrics only (a flat group)
+
+    @classmethod
+    def from_trajectory(cls, trajectory: Trajectory, advantage: float) -> Sample:
+        mask = torch.tensor(trajectory.loss_mask[1:], dtype=torch.bool)
+        if trajectory.loss_mask[0]:
+            raise LearnerError(
+                f"trajectory of task {trajectory.task_id} marks its first token as sampled; the "
+                "first token is always prompt (loss_mask[0] must be 0)"
+            )
+        positions = mask.nonzero().squeeze(-1)
+        versions = torch.tensor(trajectory.policy_versions[1:], dtype=torch.long)[positions]
+        if (versions < 0).any():
+            raise LearnerError(
+                f"trajectory of task {trajectory.task_id} has sampled tokens with policy version "
+                "-1; the rollout must record the version that sampled each model token"
+            )
+        return cls(
+            token_ids=torch.tensor(trajectory.token_ids, dtype=torch.long),
+            model_positions=positions,
+            behavior_logprobs=torch.tensor(trajectory.behavior_logprobs[1:], dtype=torch.float64)[
+                positions
+            ],
+            policy_versions=versions,
+            advantage=advantage,
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        return self.token_ids.numel()
+
+
+def micro_batches(samples: list[Sample], token_budget: int) -> Iterator[list[Sample]]:
+    """Consecutive runs of samples whose tokens fit the budget (a longer sample goes alone)."""
+    batch: list[Sample] = []
+    tokens = 0
+    for sample in samples:
+        if batch and tokens + sample.num_tokens > token_budget:
+            yield batch
+            batch, tokens = [], 0
+        batch.append(sample)
+        tokens += sample.num_tokens
+    if batch:
+        yield batch
+
+
+class Learner:
+    """Owns the model and the optimizer; `version` counts the optimizer updates taken."""
+
+    def __init__(self, settings: LearnerSettings) -> None:
+        self.settings = settings
+        torch.manual_seed(settings.seed)
+        policy_class = MatchedPolicy if settings.matched_kernels else TransformersPolicy
+        self.policy: PolicyModel = policy_class(
+            settings.model_dir,
+            settings.dtype,
+            settings.temperature,
+            settings.activation_checkpointing,
+        )
+        self.policy.module.train()
+        self.parameters = [p for p in self.policy.module.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.parameters,
+            lr=settings.lr,
+            betas=settings.betas,
+            weight_decay=settings.weight_decay,
+            eps=settings.adam_eps,
+        )
+        self.version = 0
+
+    def token_logprobs(self, token_ids: list[int] | torch.Tensor) -> torch.Tensor:
+        """(T-1,) logprobs of tokens 1..T-1 under the current weights, without a graph."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long)
+        with torch.no_grad():
+            return self.policy.token_logprobs(ids)
+
+    def train_step(self, groups: list[Group]) -> dict[str, Any]:
+        """One optimizer update on `groups`; returns the update's metrics."""
+        start = time.perf_counter()
+        metrics = self.accumulate_gradients(groups)
+        metrics["losses/grad_norm"] = self._clip_gradients()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        elapsed = time.perf_counter() - start
+        metrics["perf/learner_step_s"] = elapsed
+        metrics["perf/learner_tokens_per_s"] = metrics.pop("forward_tokens") / elapsed
+        metrics["policy_version"] = self.version
+        return metrics
+
+    def accumulate_gradients(self, groups: list[Group]) -> dict[str, Any]:
+        """Fill `.grad` of every parameter with the gradient of the loss on `groups`.
+
+        Separate from the step so that tests can compare the gradient itself.
+        """
+        if not groups:
+            raise LearnerError("an update needs at least one group")
+        trained_at = self.version
+        loss_settings = self.settings.loss
+
+        b_samples: list[Sample] = []
+        b_lags: list[torch.Tensor] = []
+        num_responses = 0
+        zero_variance = 0
+        for group in groups:
+            rewards = group.rewards
+            flat = not has_reward_variance(rewards)
+            zero_variance += flat
+            num_responses += len(group.trajectories)
+            for trajectory, advantage in zip(
+                group.trajectories, group_advantages(rewards), strict=True
+            ):
+                sample = Sample.from_trajectory(trajectory, advantage)
+                b_lags.append(trained_at - sample.policy_versions)
+                if not sample.model_positions.numel():
+                    continue
+                # A flat group has A = 0 for every response, so no gradient (unless a KL term
+                # gives it one): it is forwarded without a graph, for the IS and KL metrics only.
+                sample.needs_grad = not flat or bool(loss_settings.kl_coef)
+                if sample.needs_grad or self.settings.diagnose_flat_groups:
+                    b_samples.append(sample)
+
+        lags = torch.cat(b_lags) if b_lags else torch.zeros(0, dtype=torch.long)
+        if (lags < 0).any():
+            raise LearnerError(
+                f"groups carry tokens from policy version {int((trained_at - lags).max())}, newer "
+                f"than the learner's {trained_at}; the rollout and learner versions are out of step"
+            )
+
+        b_weights: list[torch.Tensor] = []
+        b_kl: list[torch.Tensor] = []
+        total_loss = 0.0
+        forward_tokens = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        for mb_samples in micro_batches(b_samples, self.settings.micro_batch_tokens):
+            mb_loss = torch.zeros(())
+            for sample in mb_samples:
+                with torch.set_grad_enabled(sample.needs_grad):
+                    logprobs = self.policy.token_logprobs(sample.token_ids)[sample.model_positions]
+                if sample.needs_grad:
+                    behavior = sample.behavior_logprobs.to(logprobs.dtype)
+                    loss = response_loss(logprobs, behavior, sample.advantage, loss_settings)
+                    mb_loss = mb_loss + loss
+                with torch.no_grad():
+                    b_weights.append(torch.exp(logprobs.double() - sample.behavior_logprobs))
+                    b_kl.append(k3_kl(logprobs.double(), sample.behavior_logprobs))
+                forward_tokens += sample.num_tokens
+            # Every response counts 1/num_responses, flat groups included, so the loss is the
+            # mean over all responses of the update however they were split into micro-batches.
+            mb_loss = mb_loss / num_responses
+            if mb_loss.requires_grad:
+                mb_loss.backward()
+            total_loss += mb_loss.item()
+
+        return {
+            "losses/loss": total_loss,
+            **_weight_metrics(b_weights, b_kl),
+            **_lag_metrics(lags),
+            **_group_metrics(groups),
+            "charts/zero_variance_groups": zero_variance,
+            "charts/trained_responses": sum(sample.needs_grad for sample in b_samples),
+            "forward_tokens": forward_tokens,
+        }
+
+    def _clip_gradients(self) -> float:
+        """The pre-clip global gradient norm; clips only when max_grad_norm is set."""
+        grads = [p.grad for p in self.parameters if p.grad is not None]
+        if not grads:
+            return 0.0
+        norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+        if self.settings.max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(self.parameters, self.settings.max_grad_norm, norm)
+        return float(norm)
+
+    def rollout_state_dict(self) -> dict[str, torch.Tensor]:
+        """The current weights under Hugging Face names, for broadcasting to the rollout."""
+        return self.policy.rollout_state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.policy.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+
+
+def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor]) -> dict[str, float]:
+    if not weights:
+        return {}
+    w = torch.cat(weights)
+    median = float(w.median())
+    return {
+        "is/max": float(w.max()),
+        "is/min": float(w.min()),
+        "is/median": median,
+        "is/mean": float(w.mean()),
+        "is/max_over_median": float(w.max()) / median if median > 0 else math.inf,
+        "is/kl_k3": float(torch.cat(kl).mean()),
+        "is/tokens": int(w.numel()),
+    }
+
+
+def _lag_metrics(lags: torch.Tensor) -> dict[str, Any]:
+    if not lags.numel():
+        return {}
+    histogram = Counter(lags.tolist())
+    return {
+        "lag/mean": float(lags.double().mean()),
+        "lag/max": int(lags.max()),
+        "lag/hist": {str(lag): count for lag, count in sorted(histogram.items())},
+    }
+
+
+def _group_metrics(groups: list[Group]) -> dict[str, float]:
+    trajectories = [t for group in groups for t in group.trajectories]
+    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
+    end_reasons = Counter(t.end_reason for t in trajectories)
+    return {
+        "charts/reward_mean": float(rewards.mean()),
+        "charts/reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "charts/groups": len(groups),
+        "charts/responses": len(trajectories),
+        "charts/model_tokens_mean": sum(t.num_model_tokens for t in trajectories)
+        / len(trajectories),
+        "charts/episode_tokens_mean": sum(len(t.token_ids) for t in trajectories)
+        / len(trajectories),
+        "charts/turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
+        **{f"charts/end_{reason}": count for reason, count in end_reasons.items()},
+    }

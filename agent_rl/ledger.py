@@ -1,0 +1,105 @@
+"""Bookkeeping of every group a run produced: generated, trained on, dropped (by reason), re-run.
+
+An asynchronous pipeline has many places to lose or double-count data (a queue, in-flight
+rollouts, a crash between two checkpoints). The ledger is the audit: each group id is generated
+once, then either trained on exactly once or dropped with a reason, and `check` proves
+generated = trained + dropped (+ the groups still waiting in the queue) at every checkpoint and at
+the end of the run. It is saved inside every checkpoint, so a resumed run continues the audit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class LedgerError(RuntimeError):
+    """A group was counted twice or lost: the pipeline's bookkeeping has a bug."""
+
+
+@dataclass
+class Ledger:
+    generated: set[str] = field(default_factory=set)
+    trained: set[str] = field(default_factory=set)
+    dropped: dict[str, str] = field(default_factory=dict)  # group id -> reason
+    rerun: set[str] = field(default_factory=set)  # ids regenerated after a resume lost them
+    zero_variance: set[str] = field(default_factory=set)  # trained, but all rewards equal
+
+    def record_generated(self, group_id: str) -> None:
+        if group_id in self.generated:
+            raise LedgerError(f"group {group_id} was generated twice; group ids must be unique")
+        self.generated.add(group_id)
+
+    def record_trained(self, group_id: str, zero_variance: bool = False) -> None:
+        self._check_open(group_id, "train on")
+        self.trained.add(group_id)
+        if zero_variance:
+            self.zero_variance.add(group_id)
+
+    def record_dropped(self, group_id: str, reason: str) -> None:
+        self._check_open(group_id, "drop")
+        self.dropped[group_id] = reason
+
+    def record_rerun(self, group_id: str) -> None:
+        """A group that was in flight at the last checkpoint and is generated again on resume."""
+        self.rerun.add(group_id)
+
+    def _check_open(self, group_id: str, action: str) -> None:
+        if group_id not in self.generated:
+            raise LedgerError(f"cannot {action} group {group_id}: it was never generated")
+        if group_id in self.trained:
+            raise LedgerError(f"cannot {action} group {group_id}: it was already trained on")
+        if group_id in self.dropped:
+            raise LedgerError(
+                f"cannot {action} group {group_id}: it was dropped ({self.dropped[group_id]})"
+            )
+
+    def check(self, pending: set[str] | frozenset[str] = frozenset()) -> None:
+        """Raise unless generated = trained + dropped + pending, with the three parts disjoint.
+
+        `pending` is the ids generated but still waiting in the queue (empty at the end of a run).
+        """
+        dropped = set(self.dropped)
+        overlaps = (self.trained & dropped) | (self.trained & pending) | (dropped & pending)
+        if overlaps:
+            raise LedgerError(f"groups both trained/dropped/pending: {sorted(overlaps)[:10]}")
+        accounted = self.trained | dropped | set(pending)
+        lost = self.generated - accounted
+        unknown = accounted - self.generated
+        if lost or unknown:
+            raise LedgerError(
+                f"ledger does not balance: {len(lost)} generated groups neither trained, dropped "
+                f"nor pending (e.g. {sorted(lost)[:5]}), {len(unknown)} accounted groups never "
+                f"generated (e.g. {sorted(unknown)[:5]})"
+            )
+
+    def counts(self) -> dict[str, Any]:
+        """Totals for logs and the run summary."""
+        return {
+            "generated": len(self.generated),
+            "trained": len(self.trained),
+            "dropped": len(self.dropped),
+            "dropped_by_reason": dict(Counter(self.dropped.values())),
+            "rerun": len(self.rerun),
+            "zero_variance": len(self.zero_variance),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "generated": sorted(self.generated),
+            "trained": sorted(self.trained),
+            "dropped": dict(sorted(self.dropped.items())),
+            "rerun": sorted(self.rerun),
+            "zero_variance": sorted(self.zero_variance),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Ledger:
+        return cls(
+            generated=set(data["generated"]),
+            trained=set(data["trained"]),
+            dropped=dict(data["dropped"]),
+            rerun=set(data["rerun"]),
+            zero_variance=set(data["zero_variance"]),
+        )

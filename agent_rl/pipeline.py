@@ -1,0 +1,517 @@
+"""The training run: N vLLM rollout actors on Ray and one learner, working at the same time.
+
+`train(config)` is the entry point `agent-rl train CONFIG` calls. The driver process holds the
+learner and a queue; the rollout actors are Ray actors that generate groups concurrently. The loop:
+
+1. submit tasks to actors while back-pressure allows (see `_may_submit`);
+2. collect finished groups into the queue (and weight-update acknowledgements);
+3. once `groups_per_update` usable groups are queued, take them oldest first, train one update,
+   bump the policy version, `ray.put` the new weights once and hand the same ref to every actor,
+   which loads it in flight (generation pauses at an engine step, keeps its requests, resumes).
+
+Lag bound. A token sampled by version v and trained in the update from version L has lag L - v;
+no trained token may exceed `max_lag`. Three rules enforce it:
+- submit a group only while the number of generated-or-running-but-untrained groups is below
+  `groups_per_update * (max_lag + 1)`, and only to an actor whose acknowledged weights are at most
+  `max_lag` versions behind the learner (the actor checks the same rule again when the group
+  starts, see `agent_rl.rollout`);
+- before stepping from L to L + 1, wait for any running group that started at a version v with
+  L + 1 - v > max_lag (v is bounded below by the actor's acknowledged version at submit time);
+- a queued group whose lag would still exceed max_lag is dropped as "stale" and counted.
+With max_lag = 0 these rules are synchronous RL: generate a batch, wait for it, train, wait for
+every actor to load the new weights, repeat. That is `mode: sync`, the same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_rl.checkpoint import RunState, latest_checkpoint, load_checkpoint, save_checkpoint
+from agent_rl.config import dump_config
+from agent_rl.learner import Learner, LearnerSettings
+from agent_rl.loss import LossSettings
+from agent_rl.metrics import MetricsWriter
+from agent_rl.rollout import END_ENV_ERROR, group_lag
+from agent_rl.train_config import TrainConfig
+from agent_rl.trajectory import Group
+
+logger = logging.getLogger(__name__)
+
+OnUpdate = Callable[[dict[str, Any]], None]
+POLL_S = 1.0
+
+
+class PipelineError(RuntimeError):
+    """The run cannot go on: rollouts keep failing, or nothing arrives for too long."""
+
+
+@dataclass
+class RunSummary:
+    """What a finished run reports to the CLI and the benchmark."""
+
+    run_dir: Path
+    mode: str
+    updates: int
+    wall_s: float
+    train_wall_s: float  # from the first submitted group to the last update (no start-up)
+    updates_per_hour: float
+    ledger: dict[str, Any]
+    lag_max: int
+    final_metrics: dict[str, Any]
+    resumed_from: int | None = None
+    plots: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class InFlight:
+    """A group being generated: which task position, on which actor, from which version on."""
+
+    task_index: int
+    actor: int
+    min_version: int  # the actor's acknowledged weights at submit time: a lower bound
+
+
+class TaskStream:
+    """An endless, reproducible order of tasks: position i is always the same task.
+
+    Each pass over the task set is a fresh shuffle seeded by (seed, pass), so a resumed run only
+    needs the position to continue exactly where it stopped.
+    """
+
+    def __init__(self, tasks: list[dict[str, Any]], seed: int) -> None:
+        if not tasks:
+            raise ValueError("the task set is empty; check tasks_split, task_categories, max_tasks")
+        self.tasks = tasks
+        self.seed = seed
+        self._orders: dict[int, list[int]] = {}
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        epoch, offset = divmod(index, len(self.tasks))
+        if epoch not in self._orders:
+            order = list(range(len(self.tasks)))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            self._orders[epoch] = order
+        return self.tasks[self._orders[epoch][offset]]
+
+
+def group_id_for(task_index: int) -> str:
+    """Ids follow the task position, so a group re-run after a resume keeps its id."""
+    return f"group-{task_index:08d}"
+
+
+def load_task_rows(config: TrainConfig, split: str) -> list[dict[str, Any]]:
+    from envs.tasks import load_tasks
+
+    dataset = load_tasks(split=split, categories=config.task_categories)
+    rows = [dict(row) for row in dataset]
+    return rows[: config.max_tasks] if config.max_tasks else rows
+
+
+def learner_settings(config: TrainConfig, model_dir: Path) -> LearnerSettings:
+    return LearnerSettings(
+        model_dir=model_dir,
+        matched_kernels=config.matched_kernels,
+        dtype=config.dtype,
+        lr=config.lr,
+        betas=config.betas,
+        weight_decay=config.weight_decay,
+        adam_eps=config.adam_eps,
+        max_grad_norm=config.max_grad_norm,
+        micro_batch_tokens=config.micro_batch_tokens,
+        activation_checkpointing=config.activation_checkpointing,
+        temperature=config.temperature,
+        loss=LossSettings(clip=config.clip, is_level=config.is_level, kl_coef=config.kl_coef),
+        diagnose_flat_groups=config.diagnose_flat_groups,
+        seed=config.seed,
+    )
+
+
+def rollout_model_dir(config: TrainConfig, model_dir: Path, run_dir: Path) -> Path:
+    """The checkpoint the rollout engine loads: with matched kernels, the same weights under the
+    `MatchedLlamaForCausalLM` architecture so vLLM runs the learner's kernels."""
+    if not config.matched_kernels:
+        return model_dir
+    from kernels.checkpoint import use_matched_architecture
+
+    return use_matched_architecture(model_dir, run_dir / "rollout_model")
+
+
+def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
+    """Create the Ray rollout actors and begin building their engines (returns at once)."""
+    from agent_rl.engine import EngineConfig
+    from agent_rl.rollout import RolloutConfig, make_rollout_actor
+
+    engine_config = EngineConfig(
+        model=str(model_dir),
+        dtype=config.dtype,
+        lm_head_fp32=config.dtype == "float32",
+        max_model_len=config.max_model_len,
+        kv_cache_gib=config.kv_cache_gib,
+        seed=config.seed,
+    )
+    env_kwargs: dict[str, Any] = {"split": config.tasks_split, "max_turns": config.max_turns}
+    if config.task_categories:
+        env_kwargs["categories"] = config.task_categories
+    rollout_config = RolloutConfig(
+        group_size=config.group_size,
+        context_budget=config.max_model_len,
+        max_tokens_per_turn=config.max_new_tokens,
+        temperature=config.temperature,
+        # Per-request seeds crash vLLM 0.32's CPU runner once a seeded request's prefill is
+        # chunked ("CPU Generator does not use offset"); the engine seed still applies.
+        seed=None,
+        max_lag=config.effective_max_lag,
+        env_id=config.env,
+        env_kwargs=env_kwargs,
+        env_threads=max(4, config.group_size * config.groups_in_flight_per_actor),
+    )
+    num_cpus = min(1.0, config.ray_num_cpus / config.num_rollout_actors)
+    actors = [
+        make_rollout_actor(
+            engine_config, rollout_config, name=f"rollout-{i}-{os.getpid()}", num_cpus=num_cpus
+        )
+        for i in range(config.num_rollout_actors)
+    ]
+    return actors
+
+
+class Pipeline:
+    """One run's moving parts; `run()` drives them until `num_updates` updates are done."""
+
+    def __init__(self, config: TrainConfig, on_update: OnUpdate | None = None) -> None:
+        import ray
+
+        from agent_rl.model_store import resolve_model
+
+        self.ray = ray
+        self.config = config
+        self.on_update = on_update
+        self.max_lag = config.effective_max_lag
+        self.run_dir = Path(config.out_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, self.run_dir / "config.yaml")
+        model_dir = resolve_model(config.model, config.dtype)
+
+        self.started_ray = False
+        if not ray.is_initialized():
+            if config.ray_address:
+                ray.init(address=config.ray_address)
+            else:
+                ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False)
+            self.started_ray = True
+
+        self.actors = start_rollout_actors(
+            config, rollout_model_dir(config, model_dir, self.run_dir)
+        )
+        starting = [actor.start.remote() for actor in self.actors]
+        if config.learner_threads:
+            import torch
+
+            torch.set_num_threads(config.learner_threads)
+        self.learner = Learner(learner_settings(config, model_dir))
+        self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
+        self.state = RunState()
+        self.resumed_from: int | None = None
+        checkpoint = latest_checkpoint(self.run_dir) if config.resume else None
+        if checkpoint is not None:
+            learner_state, self.state = load_checkpoint(checkpoint)
+            self.learner.load_state_dict(learner_state)
+            self.resumed_from = self.learner.version
+            logger.info("resumed from %s at version %d", checkpoint, self.learner.version)
+        ray.get(starting)
+
+        self.queue: list[Group] = list(self.state.queued_groups)
+        self.rerun_indices = sorted(self.state.in_flight_task_indices)
+        self.in_flight: dict[Any, InFlight] = {}
+        self.pending_updates: dict[Any, tuple[int, int]] = {}  # ref -> (actor, version)
+        self.acked = [0] * len(self.actors)
+        self.weight_load_s: list[float] = []
+        self.rollout_errors = 0
+        self.metrics = MetricsWriter(self.run_dir)
+        self.last_metrics: dict[str, Any] = {}
+        self.lag_max = 0
+        if self.learner.version > 0:
+            self._broadcast_weights()
+            self._wait_for_acks()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        start = time.perf_counter()
+        updates_at_start = self.learner.version
+        try:
+            while self.learner.version < self.config.num_updates:
+                self._submit_while_allowed()
+                batch = self._take_batch()
+                if batch is not None:
+                    self._update(batch)
+                else:
+                    self._wait_for_results(self._blocking_refs())
+            train_wall = time.perf_counter() - start
+            self._finish()
+        finally:
+            self.metrics.close()
+            self._shutdown()
+        done = self.learner.version - updates_at_start
+        plots = _plot_quietly(self.run_dir)
+        return RunSummary(
+            run_dir=self.run_dir,
+            mode=self.config.mode,
+            updates=self.learner.version,
+            wall_s=time.perf_counter() - start,
+            train_wall_s=train_wall,
+            updates_per_hour=3600.0 * done / train_wall if train_wall > 0 else 0.0,
+            ledger=self.state.ledger.counts(),
+            lag_max=self.lag_max,
+            final_metrics=self.last_metrics,
+            resumed_from=self.resumed_from,
+            plots=plots,
+        )
+
+    def _may_submit(self, actor: int) -> bool:
+        config = self.config
+        untrained = len(self.queue) + len(self.in_flight)
+        still_needed = (config.num_updates - self.learner.version) * config.groups_per_update
+        busy = sum(1 for flight in self.in_flight.values() if flight.actor == actor)
+        return (
+            untrained < config.groups_per_update * (self.max_lag + 1)
+            and untrained < still_needed
+            and busy < config.groups_in_flight_per_actor
+            and self.learner.version - self.acked[actor] <= self.max_lag
+        )
+
+    def _submit_while_allowed(self) -> None:
+        for actor_index, actor in enumerate(self.actors):
+            while self._may_submit(actor_index):
+                if self.rerun_indices:
+                    task_index = self.rerun_indices.pop(0)
+                    self.state.ledger.record_rerun(group_id_for(task_index))
+                else:
+                    task_index = self.state.next_task_index
+                    self.state.next_task_index += 1
+                ref = actor.generate_group.remote(self.tasks[task_index], self.config.group_size)
+                self.in_flight[ref] = InFlight(task_index, actor_index, self.acked[actor_index])
+
+    def _blocking_refs(self) -> list[Any]:
+        """What the loop waits on now: the groups the lag bound says to wait for, else anything."""
+        next_version = self.learner.version + 1
+        at_risk = [
+            ref
+            for ref, flight in self.in_flight.items()
+            if next_version - flight.min_version > self.max_lag
+        ]
+        if at_risk and len(self.queue) >= self.config.groups_per_update:
+            return at_risk
+        return list(self.in_flight) + list(self.pending_updates)
+
+    def _wait_for_results(self, refs: list[Any]) -> None:
+        if not refs:
+            raise PipelineError(
+                f"nothing to wait for at version {self.learner.version} with {len(self.queue)} "
+                "queued groups; the submit rules admit no work (a bug in the pipeline)"
+            )
+        waited = time.perf_counter()
+        ready: list[Any] = []
+        while not ready:
+            ready, _ = self.ray.wait(refs, num_returns=1, timeout=POLL_S)
+            if time.perf_counter() - waited > self.config.stall_timeout_s:
+                raise PipelineError(
+                    f"no rollout finished for {self.config.stall_timeout_s:.0f}s with "
+                    f"{len(self.in_flight)} groups in flight; raise stall_timeout_s or check the "
+                    "rollout actors' logs"
+                )
+        # Take everything already finished, not just the first, to keep the queue fresh.
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
+        for ref in ready:
+            if ref in self.pending_updates:
+                self._acknowledge(ref)
+            else:
+                self._collect(ref)
+
+    def _collect(self, ref: Any) -> None:
+        flight = self.in_flight.pop(ref)
+        group_id = group_id_for(flight.task_index)
+        ledger = self.state.ledger
+        try:
+            group: Group = self.ray.get(ref)
+        except self.ray.exceptions.RayError as error:
+            ledger.record_generated(group_id)
+            ledger.record_dropped(group_id, "rollout_error")
+            self._count_error(f"task position {flight.task_index}: {error}")
+            return
+        group.group_id = group_id
+        for trajectory in group.trajectories:
+            trajectory.group_id = group_id
+        ledger.record_generated(group_id)
+        broken = [t for t in group.trajectories if t.end_reason == END_ENV_ERROR]
+        if broken:
+            # An episode the env or engine broke has no verdict; its reward 0 would be a lie.
+            ledger.record_dropped(group_id, "env_error")
+            self._count_error(f"episode of task {group.task_id}: {broken[0].info.get('error')}")
+            return
+        self.queue.append(group)
+
+    def _count_error(self, description: str) -> None:
+        self.rollout_errors += 1
+        logger.warning("rollout failed (%d so far): %s", self.rollout_errors, description)
+        if self.rollout_errors > self.config.max_rollout_errors:
+            raise PipelineError(
+                f"{self.rollout_errors} rollouts failed (max_rollout_errors = "
+                f"{self.config.max_rollout_errors}); the last: {description}"
+            )
+
+    def _acknowledge(self, ref: Any) -> None:
+        actor, version = self.pending_updates.pop(ref)
+        try:
+            timing = self.ray.get(ref)
+        except self.ray.exceptions.RayError as error:
+            raise PipelineError(
+                f"rollout actor {actor} failed to load weights v{version}; its engine is gone, "
+                f"see the actor's log above: {error}"
+            ) from error
+        self.acked[actor] = max(self.acked[actor], version)
+        self.weight_load_s.append(timing.total_s)
+
+    def _take_batch(self) -> list[Group] | None:
+        """The oldest usable groups for the next update, or None if the loop must wait first."""
+        if self._blocking_refs_are_at_risk():
+            return None
+        version = self.learner.version
+        self.queue.sort(key=lambda group: group.oldest_version)
+        while self.queue and group_lag(self.queue[0], version) > self.max_lag:
+            stale = self.queue.pop(0)
+            self.state.ledger.record_dropped(stale.group_id, "stale")
+            logger.warning("dropped stale group %s (lag %d)", stale.group_id,
+                           group_lag(stale, version))
+        if len(self.queue) < self.config.groups_per_update:
+            return None
+        batch = self.queue[: self.config.groups_per_update]
+        del self.queue[: self.config.groups_per_update]
+        return batch
+
+    def _blocking_refs_are_at_risk(self) -> bool:
+        next_version = self.learner.version + 1
+        return len(self.queue) >= self.config.groups_per_update and any(
+            next_version - flight.min_version > self.max_lag for flight in self.in_flight.values()
+        )
+
+    def _update(self, batch: list[Group]) -> None:
+        update_start = time.perf_counter()
+        metrics = self.learner.train_step(batch)
+        ledger = self.state.ledger
+        for group, flat in zip(batch, _flat_groups(batch), strict=True):
+            ledger.record_trained(group.group_id, zero_variance=flat)
+        self.lag_max = max(self.lag_max, int(metrics.get("lag/max", 0)))
+        sync_start = time.perf_counter()
+        self._broadcast_weights()
+        if self.max_lag == 0:
+            self._wait_for_acks()
+        version = self.learner.version
+        metrics.update(
+            {
+                "perf/weight_publish_s": time.perf_counter() - sync_start,
+                "perf/update_s": time.perf_counter() - update_start,
+                "perf/actor_weight_load_s": (
+                    sum(self.weight_load_s) / len(self.weight_load_s) if self.weight_load_s else 0.0
+                ),
+                "pipeline/queued_groups": len(self.queue),
+                "pipeline/in_flight_groups": len(self.in_flight),
+                **{f"ledger/{k}": v for k, v in ledger.counts().items() if isinstance(v, int)},
+            }
+        )
+        self.weight_load_s.clear()
+        if self.config.eval_every and version % self.config.eval_every == 0:
+            metrics.update(self._evaluate())
+        self.metrics.write(version, metrics)
+        self.last_metrics = {"step": version, **metrics}
+        if self.config.checkpoint_every and version % self.config.checkpoint_every == 0:
+            self._checkpoint()
+        if self.on_update is not None:
+            self.on_update(self.last_metrics)
+
+    def _broadcast_weights(self) -> None:
+        """One `ray.put`; every actor receives the same object ref and loads it in flight."""
+        from agent_rl.weight_sync import publish_weights
+
+        version = self.learner.version
+        weights_ref = publish_weights(self.learner.rollout_state_dict())
+        for index, actor in enumerate(self.actors):
+            ref = actor.update_weights.remote(version, weights_ref, version)
+            self.pending_updates[ref] = (index, version)
+
+    def _wait_for_acks(self) -> None:
+        for ref in list(self.pending_updates):
+            self._acknowledge(ref)
+
+    def _evaluate(self) -> dict[str, float]:
+        """Mean reward of one episode on each of `eval_tasks` held-out tasks (not trained on)."""
+        rows = load_task_rows(self.config, self.config.eval_split)[: self.config.eval_tasks]
+        refs = [
+            self.actors[i % len(self.actors)].generate_group.remote(row, 1)
+            for i, row in enumerate(rows)
+        ]
+        rewards = [t.reward for group in self.ray.get(refs) for t in group.trajectories]
+        return {"eval/reward_mean": sum(rewards) / len(rewards)}
+
+    def _checkpoint(self) -> None:
+        self.state.queued_groups = list(self.queue)
+        self.state.in_flight_task_indices = sorted(
+            [flight.task_index for flight in self.in_flight.values()] + self.rerun_indices
+        )
+        self.state.ledger.check(pending={group.group_id for group in self.queue})
+        save_checkpoint(
+            self.run_dir, self.learner.state_dict(), self.state, self.config.keep_checkpoints
+        )
+
+    def _finish(self) -> None:
+        """Account for the groups left over, check the ledger, write the final checkpoint."""
+        for group in self.queue:
+            self.state.ledger.record_dropped(group.group_id, "run_ended")
+        self.queue.clear()
+        abandoned = len(self.in_flight)
+        # Running groups were never generated: a resumed run re-runs their task positions.
+        self._checkpoint()
+        self.state.ledger.check()
+        logger.info(
+            "run finished at version %d: %s; %d groups abandoned in flight",
+            self.learner.version,
+            self.state.ledger.counts(),
+            abandoned,
+        )
+
+    def _shutdown(self) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.get(actor.shutdown.remote(), timeout=30)
+            except Exception as error:  # noqa: BLE001 - best effort on the way out
+                logger.warning("rollout actor did not shut down cleanly: %s", error)
+            self.ray.kill(actor)
+        if self.started_ray:
+            self.ray.shutdown()
+
+
+def train(config: TrainConfig, on_update: OnUpdate | None = None) -> RunSummary:
+    """Run RL training as `config` says; `on_update(metrics)` is called after every update."""
+    return Pipeline(config, on_update).run()
+
+
+def _flat_groups(groups: list[Group]) -> list[bool]:
+    from agent_rl.advantages import has_reward_variance
+
+    return [not has_reward_variance(group.rewards) for group in groups]
+
+
+def _plot_quietly(run_dir: Path) -> list[Path]:
+    from agent_rl.plot import plot_run
+
+    try:
+        return plot_run(run_dir)
+    except FileNotFoundError:
+        return []

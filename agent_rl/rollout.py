@@ -1,0 +1,532 @@
+"""The rollout actor: one vLLM engine stepping many tool-use episodes at once.
+
+Each episode is a coroutine: render the opening messages to ids once, sample an assistant turn
+from those ids, hand its text to `env.step`, append the ids of the environment's reply as the chat
+template would write them, and repeat until the episode ends or the context budget is reached.
+The sampled ids, their behavior logprobs and the weight version that sampled each of them come
+straight from the engine; nothing is re-tokenized.
+
+Lag rule (`max_lag`). A token sampled by weights of version p and trained in the learner update
+that starts from version L has lag L - p. Versions only grow during an episode, so the oldest
+token of a group has the version the actor had when the group started. Two checks together keep
+every trained token within `max_lag`:
+1. here: a group starts only while `learner_version - policy_version <= max_lag`, where
+   `learner_version` is the newest version the learner has told this actor about
+   (`set_learner_version`, or the version of the latest `update_weights`); otherwise
+   `generate_group` waits for fresher weights;
+2. in the learner: a group is used in the update from version L only if
+   `group_lag(group, L) <= max_lag`, i.e. `L - group.oldest_version <= max_lag`; older groups are
+   dropped and counted. The first check keeps such drops rare; the second makes the bound exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from agent_rl.chat_tokens import ChatTokens, Message
+from agent_rl.config import StrictModel
+from agent_rl.engine import EngineConfig, build_engine, engine_config_metadata
+from agent_rl.trajectory import Group, Trajectory
+from agent_rl.weight_sync import WeightUpdateTiming, WeightVersionError, update_engine_weights
+
+logger = logging.getLogger(__name__)
+
+END_TERMINATED = "terminated"
+END_TRUNCATED = "truncated"
+END_CONTEXT_BUDGET = "context_budget"
+END_ENV_ERROR = "env_error"
+
+EnvFactory = Callable[[], Any]
+
+
+class EnvCallError(RuntimeError):
+    """An environment call (make, reset, step, close) that raised; it ends only its episode."""
+
+
+class RolloutConfig(StrictModel):
+    """How episodes are sampled; recorded with every trajectory."""
+
+    group_size: int = Field(8, gt=0, description="episodes per task (one group)")
+    context_budget: int = Field(
+        16384, gt=0, description="most tokens in one episode; clamped to the engine's limit"
+    )
+    max_tokens_per_turn: int = Field(1024, gt=0, description="most tokens in one assistant turn")
+    min_tokens_per_turn: int = Field(
+        0, ge=0, description="fewest tokens per turn (stop tokens ignored until then)"
+    )
+    temperature: float = Field(1.0, ge=0.0, description="sampling temperature; 0 is greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
+    top_k: int = Field(0, ge=0, description="keep the k likeliest tokens; 0 keeps all")
+    seed: int | None = Field(None, description="base of per-episode seeds; None: unseeded")
+    max_lag: int = Field(64, ge=0, description="newest learner version minus policy version")
+    env_id: str = Field("agent_rl/PythonTool-v0", description="gymnasium id of the environment")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="gymnasium.make kwargs")
+    env_threads: int = Field(32, gt=0, description="threads running env.reset/env.step calls")
+    pass_tools_to_template: bool = Field(
+        True, description="give the env's tool schemas to the chat template as `tools=`"
+    )
+
+
+@dataclass
+class SampledTurn:
+    """One assistant turn as the engine sampled it."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    finish_reason: str
+    stop_token: int | None
+
+
+class RolloutActor:
+    """Owns one AsyncLLM engine and samples groups of episodes with it.
+
+    Use it in-process (`actor = RolloutActor(...); await actor.start()`) or as a Ray actor
+    (`make_rollout_actor`). All public methods are coroutines so both uses read the same.
+
+    Args:
+        engine_config: how the vLLM engine is built.
+        rollout_config: how episodes are sampled.
+        env_factory: builds one fresh environment per episode; default
+            `gymnasium.make(rollout_config.env_id, **rollout_config.env_kwargs)`.
+        name: prefix of group ids, unique per actor.
+        initial_version: the policy version of the checkpoint the engine starts from.
+    """
+
+    def __init__(
+        self,
+        engine_config: EngineConfig,
+        rollout_config: RolloutConfig | None = None,
+        env_factory: EnvFactory | None = None,
+        name: str = "rollout-0",
+        initial_version: int = 0,
+    ) -> None:
+        self.engine_config = engine_config
+        self.config = rollout_config or RolloutConfig()
+        self.name = name
+        self._env_factory = env_factory or self._make_gymnasium_env
+        self._policy_version = initial_version
+        self._learner_version = initial_version
+        self._version_moved = asyncio.Event()
+        self._update_lock = asyncio.Lock()
+        self._group_serial = itertools.count()
+        self._env_pool = ThreadPoolExecutor(self.config.env_threads, thread_name_prefix="env")
+        self._engine: Any = None
+        self._tokenizer: Any = None
+        self._context_budget = self.config.context_budget
+
+    async def start(self) -> dict[str, Any]:
+        """Build the engine (a few seconds to a minute) and label its weights; idempotent."""
+        if self._engine is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.engine_config.model)
+            self._engine = build_engine(self.engine_config)
+            await self._engine.update_weight_version(str(self._policy_version))
+            max_model_len = self._engine.model_config.max_model_len
+            self._context_budget = min(self.config.context_budget, max_model_len)
+            if self._context_budget < self.config.context_budget:
+                logger.info(
+                    "context budget %d clamped to the engine's max_model_len %d",
+                    self.config.context_budget,
+                    max_model_len,
+                )
+        return self.metadata()
+
+    def metadata(self) -> dict[str, Any]:
+        """Engine and sampling settings, for the run's metadata."""
+        return {
+            "engine": engine_config_metadata(self.engine_config),
+            "rollout": self.config.model_dump(),
+            "context_budget": self._context_budget,
+        }
+
+    @property
+    def policy_version(self) -> int:
+        return self._policy_version
+
+    @property
+    def tokenizer(self) -> Any:
+        """The checkpoint's Hugging Face tokenizer (after `start`)."""
+        return self._tokenizer
+
+    @property
+    def context_budget(self) -> int:
+        """The episode token budget in force (the config's, clamped to max_model_len)."""
+        return self._context_budget
+
+    async def get_policy_version(self) -> int:
+        """The version of the weights the engine samples with now (for Ray callers)."""
+        return self._policy_version
+
+    async def set_learner_version(self, version: int) -> None:
+        """Tell the actor the learner's newest version; it gates new groups (see module doc)."""
+        self._learner_version = max(self._learner_version, version)
+        self._version_moved.set()
+
+    def may_start_group(self) -> bool:
+        """Whether a new group may start now under the lag rule."""
+        return self._learner_version - self._policy_version <= self.config.max_lag
+
+    async def update_weights(
+        self,
+        version: int,
+        weights: dict[str, torch.Tensor] | str | Path,
+        learner_version: int | None = None,
+    ) -> WeightUpdateTiming:
+        """Load new weights while episodes run; tokens sampled afterwards carry `version`.
+
+        `weights` is a CPU state dict under HF names (through Ray: pass the ObjectRef from
+        `weight_sync.publish_weights` as the argument and Ray hands the actor the dict), or a
+        checkpoint folder.
+        """
+        await self.start()
+        async with self._update_lock:
+            if version <= self._policy_version:
+                raise WeightVersionError(
+                    f"weight version {version} is not newer than the actor's {self._policy_version}"
+                    "; versions must grow with every update"
+                )
+            timing = await update_engine_weights(self._engine, version, weights)
+            self._policy_version = version
+            self._learner_version = max(self._learner_version, version, learner_version or 0)
+            self._version_moved.set()
+        return timing
+
+    async def generate_group(
+        self, task: dict[str, Any] | None, group_size: int | None = None
+    ) -> Group:
+        """Sample `group_size` episodes of one task concurrently; waits while the lag rule says so."""
+        await self.start()
+        await self._wait_until_lag_allows()
+        size = group_size or self.config.group_size
+        serial = next(self._group_serial)
+        group_id = f"{self.name}-g{serial}-{uuid.uuid4().hex[:6]}"
+        episodes = [
+            self._run_episode(task, group_id, self._episode_seed(serial, index))
+            for index in range(size)
+        ]
+        trajectories = list(await asyncio.gather(*episodes))
+        task_id = trajectories[0].task_id if trajectories else _task_id(task)
+        return Group(group_id=group_id, task_id=task_id, trajectories=trajectories)
+
+    async def generate_groups(
+        self, tasks: Sequence[dict[str, Any] | None], group_size: int | None = None
+    ) -> list[Group]:
+        """Sample one group per task, all at once, in task order."""
+        return list(await asyncio.gather(*(self.generate_group(t, group_size) for t in tasks)))
+
+    async def sample(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        seed: int | None = None,
+        min_tokens: int = 0,
+        temperature: float | None = None,
+    ) -> SampledTurn:
+        """Sample one continuation of `prompt_ids` with the rollout's sampling settings."""
+        await self.start()
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            min_tokens=min(min_tokens, max_tokens),
+            temperature=self.config.temperature if temperature is None else temperature,
+            top_p=self.config.top_p,
+            top_k=self.config.top_k,
+            seed=seed,
+            logprobs=0,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        final = None
+        async for output in self._engine.generate(prompt, params, request_id=self._request_id()):
+            final = output
+        assert final is not None
+        completion = final.outputs[0]
+        token_ids = list(completion.token_ids)
+        logprobs = [completion.logprobs[i][tok].logprob for i, tok in enumerate(token_ids)]
+        versions = self._token_versions(completion.weight_versions, len(token_ids))
+        stop_token = token_ids[-1] if completion.finish_reason == "stop" and token_ids else None
+        if isinstance(completion.stop_reason, str):
+            stop_token = None
+        return SampledTurn(
+            token_ids, logprobs, versions, completion.finish_reason or "length", stop_token
+        )
+
+    async def prompt_logprobs(
+        self, token_ids: Sequence[int], temperature: float = 1.0
+    ) -> list[float]:
+        """Teacher-forced logprob of each token after the first, computed by this engine."""
+        await self.start()
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            max_tokens=1,
+            temperature=temperature,
+            prompt_logprobs=0,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        prompt = TokensPrompt(prompt_token_ids=list(token_ids))
+        final = None
+        async for output in self._engine.generate(prompt, params, request_id=self._request_id()):
+            final = output
+        assert final is not None and final.prompt_logprobs is not None
+        return [final.prompt_logprobs[i][tok].logprob for i, tok in enumerate(token_ids) if i > 0]
+
+    async def shutdown(self) -> None:
+        """Stop the engine and the env threads."""
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
+        self._env_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _wait_until_lag_allows(self) -> None:
+        while not self.may_start_group():
+            logger.info(
+                "holding new groups: policy v%d is %d behind learner v%d (max_lag %d)",
+                self._policy_version,
+                self._learner_version - self._policy_version,
+                self._learner_version,
+                self.config.max_lag,
+            )
+            self._version_moved.clear()
+            await self._version_moved.wait()
+
+    async def _run_episode(
+        self, task: dict[str, Any] | None, group_id: str, seed: int | None
+    ) -> Trajectory:
+        episode = _EpisodeRecord(task_id=_task_id(task), category=_category(task))
+        env = None
+        try:
+            env = await self._in_env_thread(self._env_factory)
+            options = {"task": task} if task is not None else None
+            messages, reset_info = await self._in_env_thread(env.reset, seed=seed, options=options)
+            episode.adopt_reset_info(reset_info)
+            await self._step_episode(env, messages, reset_info, episode, seed)
+        except EnvCallError as error:
+            logger.warning("episode of task %s ended by env error: %s", episode.task_id, error)
+            episode.end_reason = END_ENV_ERROR
+            episode.info["error"] = str(error)
+        finally:
+            if env is not None:
+                await self._close_env(env)
+        return episode.to_trajectory(group_id, self._sampling_record(seed))
+
+    async def _step_episode(
+        self,
+        env: Any,
+        messages: list[Message],
+        reset_info: dict[str, Any],
+        episode: _EpisodeRecord,
+        seed: int | None,
+    ) -> None:
+        tools = reset_info.get("tools") if self.config.pass_tools_to_template else None
+        chat = ChatTokens(self._tokenizer, tools=tools)
+        history = list(messages)
+        episode.feed(chat.opening_ids(history))
+        budget = self._context_budget
+        while True:
+            room = budget - len(episode.token_ids)
+            if room <= 0:
+                episode.end_reason = END_CONTEXT_BUDGET
+                return
+            turn_seed = None if seed is None else (seed * 7919 + episode.num_turns) % 2**31
+            turn = await self.sample(
+                episode.token_ids,
+                max_tokens=min(self.config.max_tokens_per_turn, room),
+                seed=turn_seed,
+                min_tokens=self.config.min_tokens_per_turn,
+            )
+            episode.append_sampled(turn)
+            if turn.stop_token is None and len(episode.token_ids) >= budget:
+                episode.end_reason = END_CONTEXT_BUDGET
+                return
+            spoken = turn.token_ids[:-1] if turn.stop_token is not None else turn.token_ids
+            text = chat.decode(spoken)
+            env_messages, reward, terminated, truncated, info = await self._in_env_thread(
+                env.step, text
+            )
+            episode.reward += float(reward)
+            episode.info = _public_info(info)
+            if terminated or truncated:
+                episode.end_reason = END_TERMINATED if terminated else END_TRUNCATED
+                return
+            history.append({"role": "assistant", "content": text})
+            closed_by = (
+                self._tokenizer.decode([turn.stop_token]) if turn.stop_token is not None else None
+            )
+            reply_ids = chat.continuation_ids(history, env_messages, closed_by)
+            history.extend(env_messages)
+            if len(episode.token_ids) + len(reply_ids) >= budget:
+                episode.end_reason = END_CONTEXT_BUDGET
+                return
+            episode.feed(reply_ids)
+
+    async def _close_env(self, env: Any) -> None:
+        try:
+            await self._in_env_thread(env.close)
+        except EnvCallError as error:
+            logger.warning("closing an env failed: %s", error)
+
+    async def _in_env_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run an env call off the event loop; its failures become EnvCallError.
+
+        Only env failures end an episode quietly: an engine failure propagates to the caller.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._env_pool, lambda: fn(*args, **kwargs))
+        except Exception as error:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise EnvCallError(f"{name} raised {error!r}") from error
+
+    def _make_gymnasium_env(self) -> Any:
+        import gymnasium
+
+        import envs  # noqa: F401 - registers the agent_rl/* environment ids
+
+        return gymnasium.make(self.config.env_id, **self.config.env_kwargs)
+
+    def _episode_seed(self, group_serial: int, index: int) -> int | None:
+        if self.config.seed is None:
+            return None
+        return (self.config.seed * 1_000_003 + group_serial * 4099 + index) % 2**31
+
+    def _request_id(self) -> str:
+        return f"{self.name}-{uuid.uuid4().hex}"
+
+    def _token_versions(self, spans: Any, num_tokens: int) -> list[int]:
+        if not spans:
+            # vLLM labels every token it reports; an unlabeled output only happens for 0 tokens.
+            return [self._policy_version] * num_tokens
+        versions = [self._policy_version] * num_tokens
+        for span in spans:
+            versions[span.start : span.end] = [int(span.version)] * (span.end - span.start)
+        return versions
+
+    def _sampling_record(self, seed: int | None) -> dict[str, Any]:
+        return {
+            "temperature": self.config.temperature,
+            "top_p": self.config.top_p,
+            "top_k": self.config.top_k,
+            "max_tokens_per_turn": self.config.max_tokens_per_turn,
+            "min_tokens_per_turn": self.config.min_tokens_per_turn,
+            "context_budget": self._context_budget,
+            "seed": seed,
+            "logprobs_mode": self.engine_config.logprobs_mode,
+            "dtype": self.engine_config.dtype,
+            "model": self.engine_config.model,
+        }
+
+
+@dataclass
+class _EpisodeRecord:
+    """The growing per-token record of one episode."""
+
+    task_id: str
+    category: str
+
+    def __post_init__(self) -> None:
+        self.token_ids: list[int] = []
+        self.loss_mask: list[int] = []
+        self.behavior_logprobs: list[float] = []
+        self.policy_versions: list[int] = []
+        self.reward = 0.0
+        self.num_turns = 0
+        self.end_reason = END_ENV_ERROR
+        self.info: dict[str, Any] = {}
+
+    def adopt_reset_info(self, info: dict[str, Any]) -> None:
+        self.task_id = str(info.get("task_id", self.task_id))
+        self.category = str(info.get("category", self.category))
+
+    def feed(self, token_ids: Sequence[int]) -> None:
+        """Prompt or environment tokens: not sampled, so no logprob, no version, no loss."""
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([0] * len(token_ids))
+        self.behavior_logprobs.extend([0.0] * len(token_ids))
+        self.policy_versions.extend([-1] * len(token_ids))
+
+    def append_sampled(self, turn: SampledTurn) -> None:
+        self.token_ids.extend(turn.token_ids)
+        self.loss_mask.extend([1] * len(turn.token_ids))
+        self.behavior_logprobs.extend(turn.logprobs)
+        self.policy_versions.extend(turn.versions)
+        self.num_turns += 1
+
+    def to_trajectory(self, group_id: str, sampling: dict[str, Any]) -> Trajectory:
+        return Trajectory(
+            task_id=self.task_id,
+            group_id=group_id,
+            token_ids=self.token_ids,
+            loss_mask=self.loss_mask,
+            behavior_logprobs=self.behavior_logprobs,
+            policy_versions=self.policy_versions,
+            reward=self.reward,
+            num_turns=self.num_turns,
+            end_reason=self.end_reason,
+            category=self.category,
+            info=self.info,
+            sampling=sampling,
+        )
+
+
+def group_lag(group: Group, learner_version: int) -> int:
+    """The largest lag any sampled token of `group` would have in the update from this version."""
+    oldest = group.oldest_version
+    return 0 if oldest < 0 else learner_version - oldest
+
+
+def make_rollout_actor(
+    engine_config: EngineConfig,
+    rollout_config: RolloutConfig | None = None,
+    env_factory: EnvFactory | None = None,
+    name: str = "rollout-0",
+    initial_version: int = 0,
+    num_cpus: float = 1.0,
+    multiprocessing: str = "1",
+) -> Any:
+    """Start a RolloutActor as a Ray actor; call `.start.remote()` and await it before use.
+
+    `multiprocessing` is VLLM_ENABLE_V1_MULTIPROCESSING in the actor. AsyncLLM puts its engine
+    core in a child process either way; "1" adds a core-bound worker process and decoded 2x
+    faster than "0" on the CPU (see `engine.build_engine`).
+    """
+    import ray
+
+    remote_class = ray.remote(RolloutActor)
+    return remote_class.options(
+        name=name,
+        num_cpus=num_cpus,
+        max_concurrency=1000,
+        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": multiprocessing}},
+    ).remote(engine_config, rollout_config, env_factory, name, initial_version)
+
+
+def _task_id(task: dict[str, Any] | None) -> str:
+    return str(task.get("task_id", "")) if task else ""
+
+
+def _category(task: dict[str, Any] | None) -> str:
+    return str(task.get("category", "")) if task else ""
+
+
+def _public_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The env's step info without the tool schemas, which every step would repeat."""
+    return {key: value for key, value in dict(info or {}).items() if key != "tools"}

@@ -1,0 +1,166 @@
+"""The learner's update against plain REINFORCE, on the tiny real model."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent_rl.advantages import group_advantages
+from agent_rl.checkpoint import RunState, load_checkpoint, save_checkpoint
+from agent_rl.learner import Learner, LearnerError, LearnerSettings
+from agent_rl.ledger import Ledger
+from agent_rl.trajectory import Group, Trajectory
+
+# prompt (fed), a model turn, a tool result (fed), a second model turn
+SEGMENTS = [(0, 6), (1, 9), (0, 5), (1, 7)]
+
+
+def _learner(model_dir: Path, **overrides: object) -> Learner:
+    settings = {"model_dir": model_dir, "matched_kernels": False, "lr": 1e-3, **overrides}
+    return Learner(LearnerSettings(**settings))  # type: ignore[arg-type]
+
+
+def _trajectory(
+    learner: Learner, rng: random.Random, reward: float, version: int = 0, shift: float = 0.0
+) -> Trajectory:
+    """An episode whose behavior logprobs are the learner's own (on-policy) plus `shift`."""
+    token_ids, loss_mask = [], []
+    for sampled, length in SEGMENTS:
+        token_ids += [rng.randrange(5, 2000) for _ in range(length)]
+        loss_mask += [sampled] * length
+    logprobs = [0.0, *learner.token_logprobs(token_ids).tolist()]
+    return Trajectory(
+        task_id="task",
+        group_id="g",
+        token_ids=token_ids,
+        loss_mask=loss_mask,
+        behavior_logprobs=[lp + shift if m else 0.0 for lp, m in zip(logprobs, loss_mask, strict=True)],
+        policy_versions=[version if m else -1 for m in loss_mask],
+        reward=reward,
+        num_turns=2,
+        end_reason="terminated",
+    )
+
+
+def _groups(learner: Learner, seed: int = 0, version: int = 0) -> list[Group]:
+    rng = random.Random(seed)
+    rewards = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.5, 1.0]]
+    return [
+        Group(f"g{i}", "task", [_trajectory(learner, rng, r, version) for r in group_rewards])
+        for i, group_rewards in enumerate(rewards)
+    ]
+
+
+def _grads(learner: Learner) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in learner.parameters if p.grad is not None]
+
+
+def test_on_policy_step_equals_plain_reinforce_gradient(tiny_model: Path) -> None:
+    learner = _learner(tiny_model)
+    groups = _groups(learner)
+    metrics = learner.accumulate_gradients(groups)
+    ours = _grads(learner)
+    assert metrics["is/max"] == metrics["is/min"] == 1.0
+
+    # Reference: autograd of -(1/N) sum_i A_i * mean_t logp_it over model tokens.
+    learner.optimizer.zero_grad(set_to_none=True)
+    trajectories = [t for g in groups for t in g.trajectories]
+    advantages = [a for g in groups for a in group_advantages(g.rewards)]
+    reference = torch.zeros(())
+    for trajectory, advantage in zip(trajectories, advantages, strict=True):
+        ids = torch.tensor(trajectory.token_ids)
+        mask = torch.tensor(trajectory.loss_mask[1:], dtype=torch.bool)
+        logprobs = learner.policy.token_logprobs(ids)[mask]
+        reference = reference - advantage * logprobs.mean()
+    (reference / len(trajectories)).backward()
+    theirs = _grads(learner)
+
+    assert len(ours) == len(theirs) > 0
+    for mine, plain in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(mine, plain, rtol=1e-5, atol=1e-9)
+
+
+def test_micro_batch_budget_does_not_change_the_gradient(tiny_model: Path) -> None:
+    one_batch = _learner(tiny_model, micro_batch_tokens=100_000)
+    groups = _groups(one_batch)
+    one_batch.accumulate_gradients(groups)
+    tiny_batches = _learner(tiny_model, micro_batch_tokens=1)
+    tiny_batches.accumulate_gradients(groups)
+    for a, b in zip(_grads(one_batch), _grads(tiny_batches), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-9)
+
+
+def test_flat_group_gives_no_gradient_but_is_counted_and_measured(tiny_model: Path) -> None:
+    learner = _learner(tiny_model)
+    rng = random.Random(1)
+    flat = Group("flat", "task", [_trajectory(learner, rng, 1.0) for _ in range(3)])
+    metrics = learner.train_step([flat])
+    assert metrics["charts/zero_variance_groups"] == 1
+    assert metrics["charts/trained_responses"] == 0
+    assert metrics["losses/grad_norm"] == 0.0
+    assert metrics["is/tokens"] == 3 * 16  # measured all the same
+    assert learner.version == 1
+
+
+def test_lag_is_counted_in_updates_per_token(tiny_model: Path) -> None:
+    learner = _learner(tiny_model)
+    groups = _groups(learner)
+    for _ in range(3):
+        learner.train_step(groups)
+    rng = random.Random(2)
+    old = Group("old", "task", [_trajectory(learner, rng, r, version=1) for r in (0.0, 1.0)])
+    metrics = learner.train_step([old])
+    assert metrics["lag/hist"] == {"2": 32}
+    assert metrics["lag/max"] == 2
+    assert metrics["is/max"] > 0  # weights are computed against the stored behavior logprobs
+
+
+def test_importance_weights_follow_the_behavior_logprobs(tiny_model: Path) -> None:
+    learner = _learner(tiny_model)
+    rng = random.Random(3)
+    shifted = [_trajectory(learner, rng, r, shift=-0.5) for r in (0.0, 1.0)]
+    metrics = learner.accumulate_gradients([Group("s", "task", shifted)])
+    assert metrics["is/median"] == pytest.approx(torch.e**0.5, rel=1e-5)
+    assert metrics["is/kl_k3"] == pytest.approx(torch.e**0.5 - 1 - 0.5, rel=1e-4)
+
+
+def test_tokens_newer_than_the_learner_are_refused(tiny_model: Path) -> None:
+    learner = _learner(tiny_model)
+    rng = random.Random(4)
+    future = Group("f", "task", [_trajectory(learner, rng, r, version=5) for r in (0.0, 1.0)])
+    with pytest.raises(LearnerError, match="newer than the learner"):
+        learner.train_step([future])
+
+
+def test_checkpoint_resume_continues_the_same_run(tiny_model: Path, tmp_path: Path) -> None:
+    learner = _learner(tiny_model)
+    groups = _groups(learner)
+    learner.train_step(groups)
+    ledger = Ledger()
+    for group in groups:
+        ledger.record_generated(group.group_id)
+        ledger.record_trained(group.group_id)
+    ledger.record_generated("queued")
+    queued = Group("queued", "task", groups[0].trajectories)
+    state = RunState(next_task_index=7, in_flight_task_indices=[5, 6], queued_groups=[queued],
+                     ledger=ledger)
+    path = save_checkpoint(tmp_path, learner.state_dict(), state)
+    expected_noise = torch.rand(3)
+    learner.train_step(groups)
+    expected = [p.detach().clone() for p in learner.parameters]
+
+    resumed = _learner(tiny_model)
+    learner_state, restored = load_checkpoint(path)
+    resumed.load_state_dict(learner_state)
+    assert torch.equal(torch.rand(3), expected_noise)  # RNG restored
+    assert resumed.version == 1
+    resumed.train_step(groups)
+    for a, b in zip(expected, resumed.parameters, strict=True):
+        assert torch.equal(a, b.detach())
+    assert restored.next_task_index == 7
+    assert restored.in_flight_task_indices == [5, 6]
+    assert restored.queued_groups[0].trajectories == queued.trajectories
+    restored.ledger.check(pending={"queued"})

@@ -1,0 +1,139 @@
+"""The whole pipeline on the tiny model: Ray, a real vLLM rollout actor, the sandboxed Python env.
+
+One asynchronous run (lag above 1) and one resume of it in sync mode share a local Ray instance.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent_rl.config import ConfigError
+from agent_rl.metrics import read_metrics
+from agent_rl.pipeline import RunSummary, TaskStream, train
+from agent_rl.train_config import TrainConfig, load_train_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def test_task_stream_is_reproducible_and_covers_every_task_each_pass() -> None:
+    tasks = [{"task_id": str(i)} for i in range(5)]
+    stream = TaskStream(tasks, seed=3)
+    first_pass = [stream[i]["task_id"] for i in range(5)]
+    assert sorted(first_pass) == ["0", "1", "2", "3", "4"]
+    assert [TaskStream(tasks, seed=3)[i]["task_id"] for i in range(10)] == [
+        stream[i]["task_id"] for i in range(10)
+    ]
+
+
+@pytest.mark.parametrize("name", ["smoke.yaml", "python_tool_lag64.yaml", "demo.yaml"])
+def test_shipped_configs_load(name: str) -> None:
+    config = load_train_config(CONFIGS / name)
+    assert config.clip is None and config.is_level == "token" and config.kl_coef == 0.0
+
+
+def test_unknown_config_key_names_the_nearest_valid_one(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("max_lagg: 3\n")
+    with pytest.raises(ConfigError, match="did you mean 'max_lag'"):
+        load_train_config(path)
+
+
+def test_sync_mode_means_lag_zero() -> None:
+    assert TrainConfig(mode="sync", max_lag=64).effective_max_lag == 0
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield ray
+    ray.shutdown()
+
+
+def _config(out_dir: Path, **overrides: object) -> TrainConfig:
+    settings = {
+        "model": "tiny",
+        "task_categories": ["arithmetic"],
+        "group_size": 2,
+        "groups_per_update": 1,
+        "groups_in_flight_per_actor": 4,
+        "max_turns": 2,
+        "max_new_tokens": 16,
+        "max_model_len": 512,
+        "kv_cache_gib": 0.25,
+        "lr": 1e-4,
+        "out_dir": out_dir,
+        "stall_timeout_s": 300.0,
+        **overrides,
+    }
+    return TrainConfig(**settings)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def async_run(local_ray, tmp_path_factory) -> tuple[RunSummary, list[dict]]:
+    out_dir = tmp_path_factory.mktemp("async_run")
+    seen: list[dict] = []
+    config = _config(out_dir, mode="async", max_lag=3, num_updates=5, checkpoint_every=2)
+    return train(config, on_update=seen.append), seen
+
+
+@pytest.mark.slow
+def test_async_run_trains_at_lag_above_one_within_max_lag(async_run) -> None:
+    summary, seen = async_run
+    assert summary.updates == 5
+    assert [m["step"] for m in seen] == [1, 2, 3, 4, 5]
+    assert 1 < summary.lag_max <= 3
+    records = read_metrics(summary.run_dir)
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+    for record in records:
+        assert record["lag/max"] <= 3
+        assert sum(record["lag/hist"].values()) > 0
+        assert record["is/tokens"] > 0
+    assert {p.name for p in summary.plots} >= {"importance_weights.png", "lag.png"}
+    assert (summary.run_dir / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_async_run_ledger_accounts_for_every_group(async_run) -> None:
+    summary, _ = async_run
+    ledger = summary.ledger
+    assert ledger["trained"] == 5
+    assert ledger["generated"] == ledger["trained"] + ledger["dropped"]
+    assert set(ledger["dropped_by_reason"]) <= {"stale", "run_ended"}
+    state = json.loads(next((summary.run_dir / "checkpoints").glob("update_000005/run_state.json"))
+                       .read_text())
+    assert len(set(state["ledger"]["trained"])) == 5
+
+
+@pytest.mark.slow
+def test_resume_in_sync_mode_has_lag_zero_and_unit_weights_with_matched_kernels(
+    async_run, local_ray
+) -> None:
+    summary, _ = async_run
+    checkpoint = summary.run_dir / "checkpoints" / "update_000005"
+    state_before = json.loads((checkpoint / "run_state.json").read_text())
+    # Move the weights away from the tiny model's files, so the rollout can only match the learner
+    # if the resumed weights really reached the engine.
+    learner_state = torch.load(checkpoint / "learner.pt", weights_only=True)
+    generator = torch.Generator().manual_seed(0)
+    for tensor in learner_state["model"].values():
+        tensor.add_(0.01 * torch.randn(tensor.shape, generator=generator))
+    torch.save(learner_state, checkpoint / "learner.pt")
+
+    resumed = train(_config(summary.run_dir, mode="sync", num_updates=6))
+    assert resumed.resumed_from == 5
+    assert resumed.updates == 6
+    record = read_metrics(summary.run_dir)[-1]
+    assert record["step"] == 6
+    assert record["lag/hist"] == {"0": sum(record["lag/hist"].values())}
+    # Matched kernels: at lag 0 the learner recomputes the rollout's logprobs bit for bit.
+    assert record["is/max"] == 1.0 and record["is/min"] == 1.0
+    assert record["is/kl_k3"] == 0.0
+    ledger = resumed.ledger
+    assert ledger["trained"] == 6
+    assert ledger["rerun"] <= len(state_before["in_flight_task_indices"])
+    assert ledger["generated"] == ledger["trained"] + ledger["dropped"]
