@@ -22,9 +22,30 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import transformers, vllm, ray, gymnasium; print('environment ok')"
 	@touch $(STAMP)
 
-demo: install
-	$(VENV)/bin/agent-rl model prepare
-	$(VENV)/bin/agent-rl generate "What is 2+3?"
+# The main job: evaluate the default model on held-out tasks, train it briefly at max_lag 64,
+# evaluate the result, compare. Each step leaves a file behind, so a rerun skips what is done.
+AGENT_RL := $(VENV)/bin/agent-rl
+DEMO := runs/demo
+DEMO_EVAL := --k 1 --limit-per-category 8 --max-tokens-per-turn 256
+
+demo: install $(DEMO)/compare.md
+	@cat $(DEMO)/compare.md
+
+$(DEMO)/model.ok: | $(STAMP)
+	$(AGENT_RL) model prepare
+	@mkdir -p $(DEMO) && touch $@
+
+$(DEMO)/eval-before/report.json: $(DEMO)/model.ok
+	$(AGENT_RL) eval --model default $(DEMO_EVAL) --out $(DEMO)/eval-before
+
+$(DEMO)/run/ledger.json: $(DEMO)/model.ok configs/demo.yaml
+	$(AGENT_RL) train configs/demo.yaml --set out_dir=$(DEMO)/run
+
+$(DEMO)/eval-after/report.json: $(DEMO)/run/ledger.json
+	$(AGENT_RL) eval --model $(DEMO)/run $(DEMO_EVAL) --out $(DEMO)/eval-after
+
+$(DEMO)/compare.md: $(DEMO)/eval-before/report.json $(DEMO)/eval-after/report.json
+	$(AGENT_RL) eval --compare $(DEMO)/eval-before $(DEMO)/eval-after --out $(DEMO)
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)

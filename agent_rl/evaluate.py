@@ -449,6 +449,11 @@ def _learner_weights(resolved: ResolvedModel) -> dict[str, Any]:
     for shard in resolved.model_dir.glob("*.safetensors"):
         with safe_open(str(shard), framework="pt") as handle:
             expected.update(handle.keys())
+    # The matched learner names parameters like HF's inner LlamaModel, without "model.".
+    weights = {
+        f"model.{name}" if name not in expected and f"model.{name}" in expected else name: tensor
+        for name, tensor in weights.items()
+    }
     unknown = sorted(set(weights) - expected - {"lm_head.weight"})
     if unknown:
         raise EvalError(
