@@ -501,12 +501,15 @@ def make_rollout_actor(
     initial_version: int = 0,
     num_cpus: float = 1.0,
     multiprocessing: str = "1",
+    max_restarts: int = 0,
 ) -> Any:
     """Start a RolloutActor as a Ray actor; call `.start.remote()` and await it before use.
 
     `multiprocessing` is VLLM_ENABLE_V1_MULTIPROCESSING in the actor. AsyncLLM puts its engine
     core in a child process either way; "1" adds a core-bound worker process and decoded 2x
-    faster than "0" on the CPU (see `engine.build_engine`).
+    faster than "0" on the CPU (see `engine.build_engine`). `max_restarts`: how often Ray
+    restarts the actor after it dies; a restarted actor starts from `initial_version` again,
+    so its owner must load the current weights into it (see `agent_rl.pipeline`).
     """
     import ray
 
@@ -515,6 +518,7 @@ def make_rollout_actor(
         name=name,
         num_cpus=num_cpus,
         max_concurrency=1000,
+        max_restarts=max_restarts,
         runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": multiprocessing}},
     ).remote(engine_config, rollout_config, env_factory, name, initial_version)
 

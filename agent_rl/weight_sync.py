@@ -65,15 +65,15 @@ def write_weights(state_dict: Mapping[str, torch.Tensor], directory: Path) -> Pa
     """Write `state_dict` as one safetensors file that vLLM's loader reads as a checkpoint."""
     from safetensors.torch import save_file
 
-    seen: dict[int, str] = {}
+    storages: set[int] = set()
     tensors: dict[str, torch.Tensor] = {}
     for name, tensor in state_dict.items():
         tensor = tensor.detach().to("cpu").contiguous()
         # Tied weights (embed_tokens / lm_head) share storage, which safetensors refuses.
-        key = tensor.untyped_storage().data_ptr()
-        if key in seen and tensor.numel() > 0:
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in storages and tensor.numel() > 0:
             tensor = tensor.clone()
-        seen[key] = name
+        storages.add(storage)
         tensors[name] = tensor
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / WEIGHTS_FILE

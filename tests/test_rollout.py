@@ -177,13 +177,13 @@ def test_weight_update_inside_one_turn_splits_its_versions(session: Session) -> 
     prompt = session.tokenizer("Count with me:", add_special_tokens=False)["input_ids"]
 
     async def scenario() -> Any:
-        turn = asyncio.ensure_future(actor.sample(prompt, 400, seed=3, min_tokens=400))
-        await asyncio.sleep(0.3)
+        turn = asyncio.ensure_future(actor.sample(prompt, 1000, seed=3, min_tokens=1000))
+        await asyncio.sleep(0.2)
         await actor.update_weights(version, perturbed_weights(session.model_dir, 0.02))
         return await turn
 
     turn = session.run(scenario())
-    assert len(turn.token_ids) == 400
+    assert len(turn.token_ids) == 1000
     assert turn.versions[0] == version - 1, turn.versions[:5] and turn.versions[-1] == version
     assert turn.versions == sorted(turn.versions)
 
