@@ -70,3 +70,21 @@ def bench_pipeline(
     from agent_rl.benchmarks import pipeline_bench
 
     _save(pipeline_bench.run(console, config, updates=updates), out)
+
+
+@app.command("rollout")
+def bench_rollout(
+    model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "default",
+    concurrency: Annotated[str, typer.Option(help="Comma-separated episode counts.")] = "8,32,64",
+    max_tokens: Annotated[int, typer.Option(min=1)] = 128,
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    out: OutOption = None,
+) -> None:
+    """Rollout actor tokens/s at several concurrencies vs transformers generate; weight update time."""
+    from agent_rl.benchmarks import rollout_bench
+    from agent_rl.model_store import resolve_model
+
+    counts = tuple(int(part) for part in concurrency.split(","))
+    rows = rollout_bench.run(console, resolve_model(model, dtype), concurrency=counts,
+                             max_tokens=max_tokens, dtype=dtype)
+    _save(rows, out)
