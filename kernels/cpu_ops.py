@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -256,27 +257,48 @@ def _run_tiles(q: torch.Tensor, tiles: AttentionTiles, keys: torch.Tensor,
 
 @dataclass
 class PagedPlan:
-    """Where each query tile's keys live in a paged KV cache (built once per forward)."""
+    """One forward's paged-attention metadata, shared by all layers and backends.
 
-    tiles: AttentionTiles
-    key_block: torch.Tensor  # (tiles, L) cache block of key position i of the tile's sequence
-    key_offset: torch.Tensor  # (tiles, L) slot inside that block
-    key_valid: torch.Tensor  # (tiles, L) False past the sequence's length
+    The compiled kernels read the raw tensors; the torch and Triton kernels use the gather
+    indices (`tiles`, `key_block`, `key_offset`, `key_valid`), built once on first use.
+    """
+
+    query_start_loc: torch.Tensor  # (S+1,) offsets of each sequence's queries in the packed q
+    seq_lens: torch.Tensor  # (S,) keys of each sequence, the new tokens included
+    positions: torch.Tensor  # (tokens,) absolute position of each query
+    block_table: torch.Tensor  # (S, max_blocks) cache block of each sequence's i-th key block
+    block_size: int
+
+    @cached_property
+    def tiles(self) -> AttentionTiles:
+        return plan_tiles(self.query_start_loc, self.positions)
+
+    @cached_property
+    def key_valid(self) -> torch.Tensor:
+        """(tiles, L) False past the tile's sequence length; L a multiple of KEY_BLOCK."""
+        tile_lens = self.seq_lens.long()[self.tiles.sequence]
+        padded = -(-int(tile_lens.max().item()) // KEY_BLOCK) * KEY_BLOCK
+        return torch.arange(padded)[None, :] < tile_lens[:, None]
+
+    @cached_property
+    def key_block(self) -> torch.Tensor:
+        """(tiles, L) cache block holding key position i of the tile's sequence."""
+        key_pos = torch.arange(self.key_valid.shape[1])
+        table_col = torch.where(self.key_valid, key_pos[None, :] // self.block_size, 0)
+        sequence = self.tiles.sequence
+        return self.block_table.long()[sequence][torch.arange(len(sequence))[:, None], table_col]
+
+    @cached_property
+    def key_offset(self) -> torch.Tensor:
+        """(tiles, L) slot of key position i inside its cache block."""
+        key_pos = torch.arange(self.key_valid.shape[1])
+        return (key_pos % self.block_size)[None, :].expand_as(self.key_block)
 
 
 def plan_paged(query_start_loc: torch.Tensor, seq_lens: torch.Tensor, positions: torch.Tensor,
                block_table: torch.Tensor, block_size: int) -> PagedPlan:
-    """Tiles and key gather indices for a batch of sequences whose keys live in a paged cache."""
-    tiles = plan_tiles(query_start_loc, positions)
-    tile_lens = seq_lens.long()[tiles.sequence]
-    padded = -(-int(tile_lens.max().item()) // KEY_BLOCK) * KEY_BLOCK
-    key_pos = torch.arange(padded)
-    key_valid = key_pos[None, :] < tile_lens[:, None]
-    table_col = torch.where(key_valid, key_pos[None, :] // block_size, 0)
-    key_block = block_table.long()[tiles.sequence][
-        torch.arange(len(tiles.sequence))[:, None], table_col]
-    key_offset = (key_pos % block_size)[None, :].expand_as(key_block)
-    return PagedPlan(tiles, key_block, key_offset, key_valid)
+    """The metadata of a batch of sequences whose keys live in a paged cache."""
+    return PagedPlan(query_start_loc, seq_lens, positions, block_table, block_size)
 
 
 def write_paged_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -1,7 +1,8 @@
 """The matched op set: one entry point per op, used by the learner and by the rollout alike.
 
-Each op picks its backend from the input's device (CPU: `kernels.cpu_ops`, CUDA:
-`kernels.triton_ops`). When autograd needs a gradient, the forward still runs the matched kernel
+Each op picks its backend from the input's device (CPU: the compiled `kernels.cpp_ops`, or the
+pure-torch `kernels.cpu_ops` where the extension cannot be built or `AGENT_RL_KERNELS=torch`;
+CUDA: `kernels.triton_ops`). When autograd needs a gradient, the forward still runs the matched kernel
 and the backward differentiates the reference math in `kernels.reference`: only the forward has
 to agree bit for bit with the rollout.
 """
@@ -14,7 +15,7 @@ from types import ModuleType
 
 import torch
 
-from kernels import cpu_ops, reference
+from kernels import cpp_ops, cpu_ops, reference
 
 
 class BackendUnavailableError(RuntimeError):
@@ -24,7 +25,7 @@ class BackendUnavailableError(RuntimeError):
 def backend(x: torch.Tensor) -> ModuleType:
     """The kernel module for x's device."""
     if x.device.type == "cpu":
-        return cpu_ops
+        return cpp_ops if cpp_ops.available() else cpu_ops
     if x.device.type == "cuda":
         try:
             from kernels import triton_ops
@@ -119,6 +120,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
     if _needs_grad(q, k, v):
         return _MatchedForward.apply(fast, partial(reference.attention, scale=scale), q, k, v)
     return fast(q, k, v)
+
+
+def plan_paged(query_start_loc: torch.Tensor, seq_lens: torch.Tensor, positions: torch.Tensor,
+               block_table: torch.Tensor, block_size: int) -> cpu_ops.PagedPlan:
+    """One forward's paged-attention metadata, built once and passed to every layer."""
+    return cpu_ops.plan_paged(query_start_loc, seq_lens, positions, block_table, block_size)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, plan: cpu_ops.PagedPlan,

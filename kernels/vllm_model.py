@@ -59,8 +59,8 @@ class MatchedLlamaForCausalLM(nn.Module):
         first = metadata[self.layer_names[0]]
         tokens = first.num_actual_tokens
         block_size = self.kv_layers[0].kv_cache.shape[2]
-        plan = cpu_ops.plan_paged(first.query_start_loc, first.seq_lens, positions[:tokens],
-                                  first.block_table, block_size)
+        plan = ops.plan_paged(first.query_start_loc, first.seq_lens, positions[:tokens],
+                              first.block_table, block_size)
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             cache = _as_our_layout(self.kv_layers[layer].kv_cache, k.shape[-1])

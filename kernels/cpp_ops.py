@@ -1,0 +1,144 @@
+"""Compiled batch-invariant CPU kernels (`kernels/csrc/matched_ops.cpp`), same API as `cpu_ops`.
+
+The C++ kernels are invariant by construction: one thread computes each output element in a
+fixed order (see the source's header), so they need none of the torch backend's GEMM tiling or
+elementwise exp tricks and run much faster. The extension is compiled on first use with
+`torch.utils.cpp_extension` and cached under `TORCH_EXTENSIONS_DIR`, else
+`$AGENT_RL_HOME/torch_extensions` (default `~/.cache/agent-rl/torch_extensions`). When it cannot
+be built, `kernels.ops` falls back to the pure-torch `cpu_ops` and logs why, once.
+
+Rotary embeddings and log-softmax stay in torch: both are exact elementwise or row-wise
+library ops already (see `cpu_ops`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import torch
+
+from kernels import cpu_ops
+from kernels.cpu_ops import PagedPlan, exp, plan_paged, rotary, rotary_tables, write_paged_kv
+
+__all__ = ["PagedPlan", "attention", "available", "exp", "linear", "lm_head_logits",
+           "log_softmax", "paged_attention", "plan_paged", "rms_norm", "rotary", "rotary_tables",
+           "silu_and_mul", "unavailable_reason", "write_paged_kv"]
+
+logger = logging.getLogger(__name__)
+
+EXTENSION_NAME = "agent_rl_matched_ops"
+SOURCES = [Path(__file__).parent / "csrc" / "matched_ops.cpp"]
+# -O2 and exact IEEE semantics: no FMA contraction, no reassociation; vector widths are chosen
+# at load time by the source's target_clones, never by the build machine (-march is not set).
+CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-Wno-psabi"]
+_FLOAT_TYPES = (torch.float32, torch.bfloat16)
+
+_lock = threading.Lock()
+_state: dict[str, str | bool | None] = {"loaded": None, "reason": None}
+
+
+def build_directory() -> Path:
+    """Where the compiled extension is cached (kernels/ does not import agent_rl)."""
+    if env := os.environ.get("TORCH_EXTENSIONS_DIR"):
+        root = Path(env)
+    elif env := os.environ.get("AGENT_RL_HOME"):
+        root = Path(env).expanduser() / "torch_extensions"
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        root = Path(cache) / "agent-rl" / "torch_extensions"
+    path = root / f"{EXTENSION_NAME}_torch{torch.__version__.replace('+', '_')}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def available() -> bool:
+    """Compile (first call) and load the extension; False, with the reason logged, if it fails.
+
+    `AGENT_RL_KERNELS=torch` skips the extension and selects the pure-torch kernels.
+    """
+    if _state["loaded"] is not None:
+        return bool(_state["loaded"])
+    with _lock:
+        if _state["loaded"] is None:
+            _state["reason"] = _load()
+            _state["loaded"] = _state["reason"] is None
+            if _state["reason"]:
+                logger.warning("compiled matched kernels unavailable, using the pure-torch "
+                               "ones: %s", _state["reason"])
+    return bool(_state["loaded"])
+
+
+def unavailable_reason() -> str | None:
+    """Why `available()` is False (None when it is True or has not been asked yet)."""
+    return _state["reason"]  # type: ignore[return-value]
+
+
+def _load() -> str | None:
+    if os.environ.get("AGENT_RL_KERNELS", "").lower() == "torch":
+        return "AGENT_RL_KERNELS=torch selects the pure-torch kernels"
+    if hasattr(torch.ops, "agent_rl_matched") and hasattr(torch.ops.agent_rl_matched, "linear"):
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        load(name=EXTENSION_NAME, sources=[str(s) for s in SOURCES], extra_cflags=CFLAGS,
+             extra_ldflags=["-fopenmp"], build_directory=str(build_directory()),
+             is_python_module=False, verbose=False)
+    except Exception as error:  # a compiler error, a missing toolchain, an unwritable cache
+        return f"building {SOURCES[0].name} failed ({type(error).__name__}: {error})"[:2000]
+    return None
+
+
+def _ops():
+    return torch.ops.agent_rl_matched
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T; each entry a 16-lane sequential dot product summed in a fixed tree."""
+    if x.dtype not in _FLOAT_TYPES or weight.dtype not in _FLOAT_TYPES or (
+            x.dtype == torch.bfloat16 and weight.dtype != torch.bfloat16):
+        return cpu_ops.linear(x, weight)
+    return _ops().linear(x, weight)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Llama RMSNorm: fp32 statistics, normalised row rounded to x's dtype, times weight."""
+    if x.dtype != weight.dtype or x.dtype not in _FLOAT_TYPES:
+        return cpu_ops.rms_norm(x, weight, eps)
+    return _ops().rms_norm(x, weight, eps)
+
+
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, silu in fp32 rounded to the input dtype."""
+    if gate.dtype != up.dtype or gate.dtype not in _FLOAT_TYPES:
+        return cpu_ops.silu_and_mul(gate, up)
+    return _ops().silu_and_mul(gate, up)
+
+
+def lm_head_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The vocabulary projection in fp32; a bf16 weight is widened inside the kernel (exactly)."""
+    return linear(hidden.float(), weight)
+
+
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """fp32 log-softmax exactly as vLLM's sampler computes it (torch's row-wise kernel)."""
+    return cpu_ops.log_softmax(logits)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal self-attention of one contiguous sequence; q (T, heads, D), k/v (T, kv_heads, D)."""
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in _FLOAT_TYPES:
+        return cpu_ops.attention(q, k, v, scale)
+    return _ops().attention(q, k, v, scale)
+
+
+def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, plan: PagedPlan,
+                    scale: float) -> torch.Tensor:
+    """Causal attention of packed queries over a paged cache (blocks, 2, kv_heads, bs, D)."""
+    if q.dtype != kv_cache.dtype or q.dtype not in _FLOAT_TYPES or not kv_cache.is_contiguous():
+        return cpu_ops.paged_attention(q, kv_cache, plan, scale)
+    return _ops().paged_attention(q, kv_cache, plan.query_start_loc, plan.seq_lens,
+                                  plan.positions, plan.block_table, scale)

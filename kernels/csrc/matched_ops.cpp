@@ -1,0 +1,559 @@
+// Batch-invariant CPU kernels, invariant by construction.
+//
+// Every output element (one GEMM entry, one attention row, one normalised row) is computed by
+// one thread, in an order that depends only on that element's own inputs: never on the batch
+// size, on where the row sits in the batch, or on the thread count. Threads split the work
+// only across independent outputs (at::parallel_for).
+//
+// Reductions use 16 logical lanes written out with GCC vector types: lane l accumulates the
+// terms l, l + 16, l + 32, ... in order, and the 16 lanes are then added in a fixed tree.
+// Vector operations are lane-wise IEEE adds and multiplies, so the bits do not depend on how
+// wide the machine's registers are; the hot functions are compiled for x86-64-v4 (AVX-512),
+// x86-64-v3 (AVX2) and baseline x86-64 and picked at load time, all with identical results.
+// The build uses -O2 -ffp-contract=off and no -ffast-math: no FMA contraction, no reassociation.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/util/BFloat16.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint16_t vu16 __attribute__((vector_size(32)));
+typedef uint32_t vu32 __attribute__((vector_size(64)));
+
+constexpr int64_t kLanes = 16;
+constexpr int64_t kKeyBlock = 64;  // attention key blocks, aligned to absolute positions
+constexpr int64_t kQueryTile = 16;  // consecutive queries that share one key-block gather
+constexpr int64_t kGemmTile = 64;  // rows (and columns) of one GEMM task
+
+#define MATCHED_INLINE static inline __attribute__((always_inline))
+#define MATCHED_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+using bf16 = c10::BFloat16;
+
+MATCHED_INLINE vf splat(float x) { return vf{} + x; }
+
+MATCHED_INLINE vf load16(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+MATCHED_INLINE vf load16(const bf16* p) {
+  // bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits.
+  vu16 h;
+  std::memcpy(&h, p, sizeof(h));
+  vu32 w = __builtin_convertvector(h, vu32) << 16;
+  vf v;
+  std::memcpy(&v, &w, sizeof(v));
+  return v;
+}
+
+// The first n (< 16) values, zeros after: tails enter every reduction the same way.
+template <class T>
+MATCHED_INLINE vf load16_partial(const T* p, int64_t n) {
+  float tmp[kLanes] = {};
+  for (int64_t i = 0; i < n; ++i) tmp[i] = static_cast<float>(p[i]);
+  return load16(tmp);
+}
+
+MATCHED_INLINE void store16(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
+
+MATCHED_INLINE float lane(vf v, int i) { return v[i]; }
+
+// Fixed tree over the 16 lanes: (l, l+8), then (l, l+4), (l, l+2), (l, l+1).
+MATCHED_INLINE float reduce16(vf a) {
+  float t[kLanes];
+  std::memcpy(t, &a, sizeof(t));
+  for (int i = 0; i < 8; ++i) t[i] += t[i + 8];
+  for (int i = 0; i < 4; ++i) t[i] += t[i + 4];
+  t[0] += t[2];
+  t[1] += t[3];
+  return t[0] + t[1];
+}
+
+template <class T>
+MATCHED_INLINE T from_float(float x) {
+  return static_cast<T>(x);  // bf16: round to nearest even, as torch's .to(bfloat16)
+}
+
+// exp in fp32 from exactly rounded lane-wise steps (Cephes expf: Cody-Waite reduction and a
+// degree-5 polynomial), the same sequence as kernels.cpu_ops.exp_. Max relative error ~1e-7.
+MATCHED_INLINE vf vexp(vf x) {
+  const vf lo = splat(-87.0f), hi = splat(88.0f);
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  // Round to nearest even by the 1.5 * 2**23 trick (exact for |t| < 2**22).
+  const vf magic = splat(12582912.0f);
+  vf n = (x * 1.44269504088896341f + magic) - magic;
+  vf r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187e-06f;
+  vf p = r * 1.9875691500e-4f;
+  p = (p + 1.3981999507e-3f) * r;
+  p = (p + 8.3334519073e-3f) * r;
+  p = (p + 4.1665795894e-2f) * r;
+  p = (p + 1.6666665459e-1f) * r;
+  p = (p + 5.0000001201e-1f) * r;
+  p = p * r + r + 1.0f;
+  vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
+  vf scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+MATCHED_INLINE float exp_scalar(float x) { return lane(vexp(splat(x)), 0); }
+
+// ---------------------------------------------------------------------------------------------
+// Linear: out[m, n] = dot(x[m, :], w[n, :]), 16-lane sequential accumulation over k, fixed tree.
+
+template <class TX, class TW, class TO>
+MATCHED_INLINE void linear_tile(const TX* x, const TW* w, TO* out, int64_t M, int64_t N,
+                                int64_t K, int64_t m0, int64_t n0) {
+  const int64_t m_end = std::min(m0 + kGemmTile, M), n_end = std::min(n0 + kGemmTile, N);
+  const int64_t k_full = K / kLanes * kLanes, k_tail = K - k_full;
+  for (int64_t m = m0; m < m_end; m += 4) {
+    const TX* xr[4];
+    for (int r = 0; r < 4; ++r) xr[r] = x + std::min(m + r, m_end - 1) * K;
+    for (int64_t n = n0; n < n_end; n += 4) {
+      // Rows/columns past the edge repeat the last one; their results are not stored.
+      const TW* wc[4];
+      for (int c = 0; c < 4; ++c) wc[c] = w + std::min(n + c, n_end - 1) * K;
+      vf acc[4][4] = {};
+      for (int64_t k = 0; k < k_full; k += kLanes) {
+        vf xv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r) xv[r] = load16(xr[r] + k);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          const vf wv = load16(wc[c] + k);
+#pragma GCC unroll 4
+          for (int r = 0; r < 4; ++r) acc[r][c] += xv[r] * wv;
+        }
+      }
+      if (k_tail) {
+        for (int r = 0; r < 4; ++r) {
+          const vf xv = load16_partial(xr[r] + k_full, k_tail);
+          for (int c = 0; c < 4; ++c) acc[r][c] += xv * load16_partial(wc[c] + k_full, k_tail);
+        }
+      }
+      for (int r = 0; r < 4 && m + r < m_end; ++r)
+        for (int c = 0; c < 4 && n + c < n_end; ++c)
+          out[(m + r) * N + n + c] = from_float<TO>(reduce16(acc[r][c]));
+    }
+  }
+}
+
+#define LINEAR_TILE(NAME, TX, TW, TO)                                                        \
+  MATCHED_CLONES void NAME(const TX* x, const TW* w, TO* out, int64_t M, int64_t N, int64_t K, \
+                           int64_t m0, int64_t n0) {                                         \
+    linear_tile<TX, TW, TO>(x, w, out, M, N, K, m0, n0);                                     \
+  }
+LINEAR_TILE(linear_tile_f32, float, float, float)
+LINEAR_TILE(linear_tile_bf16, bf16, bf16, bf16)
+LINEAR_TILE(linear_tile_f32_bf16w, float, bf16, float)
+
+at::Tensor linear(const at::Tensor& x_in, const at::Tensor& w_in) {
+  TORCH_CHECK(x_in.dim() >= 1 && w_in.dim() == 2 && x_in.size(-1) == w_in.size(1),
+              "linear: x (..., K) and weight (N, K) expected, got ", x_in.sizes(), " and ",
+              w_in.sizes());
+  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  const int64_t K = x.size(-1), N = w.size(0), M = K ? x.numel() / K : 0;
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = N;
+  at::Tensor out = at::empty(out_shape, x.options());
+  if (M == 0 || N == 0) return out;
+  const int64_t m_tiles = (M + kGemmTile - 1) / kGemmTile;
+  const int64_t n_tiles = (N + kGemmTile - 1) / kGemmTile;
+  auto run = [&](auto tile_fn, auto* xp, auto* wp, auto* op) {
+    at::parallel_for(0, m_tiles * n_tiles, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        tile_fn(xp, wp, op, M, N, K, (t % m_tiles) * kGemmTile, (t / m_tiles) * kGemmTile);
+    });
+  };
+  if (x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat) {
+    run(linear_tile_f32, x.const_data_ptr<float>(), w.const_data_ptr<float>(),
+        out.mutable_data_ptr<float>());
+  } else if (x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16) {
+    run(linear_tile_bf16, x.const_data_ptr<bf16>(), w.const_data_ptr<bf16>(),
+        out.mutable_data_ptr<bf16>());
+  } else if (x.scalar_type() == at::kFloat && w.scalar_type() == at::kBFloat16) {
+    run(linear_tile_f32_bf16w, x.const_data_ptr<float>(), w.const_data_ptr<bf16>(),
+        out.mutable_data_ptr<float>());
+  } else {
+    TORCH_CHECK(false, "linear: unsupported dtypes x ", x.scalar_type(), ", weight ",
+                w.scalar_type(), " (float32/bfloat16 expected)");
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm and silu(gate) * up.
+
+template <class T>
+MATCHED_INLINE void rms_norm_rows(const T* x, const T* w, T* out, int64_t begin, int64_t end,
+                                  int64_t K, float eps) {
+  const int64_t k_full = K / kLanes * kLanes, k_tail = K - k_full;
+  for (int64_t row = begin; row < end; ++row) {
+    const T* xr = x + row * K;
+    vf acc = {};
+    for (int64_t k = 0; k < k_full; k += kLanes) {
+      const vf v = load16(xr + k);
+      acc += v * v;
+    }
+    if (k_tail) {
+      const vf v = load16_partial(xr + k_full, k_tail);
+      acc += v * v;
+    }
+    const float inv_rms = 1.0f / std::sqrt(reduce16(acc) / static_cast<float>(K) + eps);
+    T* o = out + row * K;
+    for (int64_t k = 0; k < K; ++k) {
+      const float normed = static_cast<float>(from_float<T>(static_cast<float>(xr[k]) * inv_rms));
+      o[k] = from_float<T>(static_cast<float>(w[k]) * normed);
+    }
+  }
+}
+
+MATCHED_CLONES void rms_norm_rows_f32(const float* x, const float* w, float* out, int64_t b,
+                                      int64_t e, int64_t K, float eps) {
+  rms_norm_rows<float>(x, w, out, b, e, K, eps);
+}
+MATCHED_CLONES void rms_norm_rows_bf16(const bf16* x, const bf16* w, bf16* out, int64_t b,
+                                       int64_t e, int64_t K, float eps) {
+  rms_norm_rows<bf16>(x, w, out, b, e, K, eps);
+}
+
+at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w_in, double eps) {
+  TORCH_CHECK(x_in.scalar_type() == w_in.scalar_type() && w_in.dim() == 1 &&
+                  x_in.size(-1) == w_in.size(0),
+              "rms_norm: x (..., K) and weight (K,) of one dtype expected");
+  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  const int64_t K = x.size(-1), rows = K ? x.numel() / K : 0;
+  at::Tensor out = at::empty_like(x);
+  at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+    if (x.scalar_type() == at::kFloat)
+      rms_norm_rows_f32(x.const_data_ptr<float>(), w.const_data_ptr<float>(),
+                        out.mutable_data_ptr<float>(), b, e, K, static_cast<float>(eps));
+    else
+      rms_norm_rows_bf16(x.const_data_ptr<bf16>(), w.const_data_ptr<bf16>(),
+                         out.mutable_data_ptr<bf16>(), b, e, K, static_cast<float>(eps));
+  });
+  return out;
+}
+
+template <class T>
+MATCHED_INLINE void silu_mul_range(const T* g, const T* u, T* out, int64_t begin, int64_t end) {
+  // Every element takes the same lane-wise path; a tail is padded, never computed differently.
+  for (int64_t i = begin; i < end; i += kLanes) {
+    const int64_t n = std::min(kLanes, end - i);
+    const vf gv = n == kLanes ? load16(g + i) : load16_partial(g + i, n);
+    const vf uv = n == kLanes ? load16(u + i) : load16_partial(u + i, n);
+    const vf silu = gv / (1.0f + vexp(-gv));
+    for (int64_t j = 0; j < n; ++j) {
+      const float rounded = static_cast<float>(from_float<T>(lane(silu, static_cast<int>(j))));
+      out[i + j] = from_float<T>(rounded * lane(uv, static_cast<int>(j)));
+    }
+  }
+}
+
+MATCHED_CLONES void silu_mul_f32(const float* g, const float* u, float* o, int64_t b, int64_t e) {
+  silu_mul_range<float>(g, u, o, b, e);
+}
+MATCHED_CLONES void silu_mul_bf16(const bf16* g, const bf16* u, bf16* o, int64_t b, int64_t e) {
+  silu_mul_range<bf16>(g, u, o, b, e);
+}
+
+at::Tensor silu_and_mul(const at::Tensor& g_in, const at::Tensor& u_in) {
+  TORCH_CHECK(g_in.sizes() == u_in.sizes() && g_in.scalar_type() == u_in.scalar_type(),
+              "silu_and_mul: gate and up of one shape and dtype expected");
+  const at::Tensor g = g_in.contiguous(), u = u_in.contiguous();
+  at::Tensor out = at::empty_like(g);
+  const int64_t chunks = (g.numel() + 1023) / 1024;
+  at::parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
+    const int64_t lo = b * 1024, hi = std::min(e * 1024, g.numel());
+    if (g.scalar_type() == at::kFloat)
+      silu_mul_f32(g.const_data_ptr<float>(), u.const_data_ptr<float>(),
+                   out.mutable_data_ptr<float>(), lo, hi);
+    else
+      silu_mul_bf16(g.const_data_ptr<bf16>(), u.const_data_ptr<bf16>(),
+                    out.mutable_data_ptr<bf16>(), lo, hi);
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention. One task: a tile of up to kQueryTile consecutive queries of one sequence and one
+// KV head, with the query heads that share it. Key blocks of kKeyBlock absolute positions are
+// gathered once per task (keys transposed), and every (query, head) row then runs the same
+// online softmax over the blocks up to its own position, touching only keys <= its position.
+// A row's operations therefore depend on its position and its keys only: a decode step and a
+// teacher-forced pass give the same bits.
+
+struct AttentionShape {
+  int64_t heads, kv_heads, dim;
+  float scale;
+};
+
+// Where the keys of one sequence live: a contiguous (T, kv_heads, D) pair, or a paged cache
+// (blocks, 2, kv_heads, block_size, D) with a block table row.
+template <class T>
+struct KeySource {
+  const T* k;  // contiguous: keys; paged: the cache
+  const T* v;
+  const int32_t* block_table;  // nullptr for contiguous
+  int64_t block_size, length;
+
+  inline __attribute__((always_inline)) const T* row(int64_t pos, int64_t which, int64_t h,
+                                                     const AttentionShape& s) const {
+    if (!block_table) return (which ? v : k) + (pos * s.kv_heads + h) * s.dim;
+    const int64_t block = block_table[pos / block_size];
+    return k + (((block * 2 + which) * s.kv_heads + h) * block_size + pos % block_size) * s.dim;
+  }
+};
+
+template <class T>
+MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const int64_t* positions,
+                                int64_t rows, int64_t h, const KeySource<T>& keys,
+                                const AttentionShape& s) {
+  const int64_t group = s.heads / s.kv_heads, D = s.dim;
+  const int64_t dv = (D + kLanes - 1) / kLanes;  // 16-lane vectors per head row
+  const int64_t n_rows = rows * group;
+  std::vector<float> qs(n_rows * D), acc(n_rows * dv * kLanes, 0.0f);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  std::vector<float> run_max(n_rows, neg_inf), run_sum(n_rows, 0.0f);
+  std::vector<float> kt(D * kKeyBlock), vb(kKeyBlock * dv * kLanes, 0.0f);
+  int64_t last = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    last = std::max(last, positions[r]);
+    for (int64_t g = 0; g < group; ++g) {
+      const T* qr = q + (tokens[r] * s.heads + h * group + g) * D;
+      float* qrow = qs.data() + (r * group + g) * D;
+      for (int64_t d = 0; d < D; ++d) qrow[d] = static_cast<float>(qr[d]) * s.scale;
+    }
+  }
+  for (int64_t lo = 0; lo <= last; lo += kKeyBlock) {
+    const int64_t block_keys = std::min(kKeyBlock, std::min(last + 1, keys.length) - lo);
+    for (int64_t j = 0; j < kKeyBlock; ++j) {
+      float* vrow = vb.data() + j * dv * kLanes;
+      if (j < block_keys) {
+        const T* kr = keys.row(lo + j, 0, h, s);
+        const T* vr = keys.row(lo + j, 1, h, s);
+        for (int64_t d = 0; d < D; ++d) kt[d * kKeyBlock + j] = static_cast<float>(kr[d]);
+        for (int64_t d = 0; d < D; ++d) vrow[d] = static_cast<float>(vr[d]);
+      } else {
+        for (int64_t d = 0; d < D; ++d) kt[d * kKeyBlock + j] = 0.0f;
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      if (positions[r] < lo) continue;  // this block lies wholly in the row's future
+      const int64_t visible = std::min(kKeyBlock, positions[r] - lo + 1);
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t row = r * group + g;
+        const float* qr = qs.data() + row * D;
+        vf sc[4] = {};
+        for (int64_t d = 0; d < D; ++d) {  // scores of 64 keys, each a sequential sum over d
+          const vf qd = splat(qr[d]);
+          const float* kd = kt.data() + d * kKeyBlock;
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c) sc[c] += qd * load16(kd + c * kLanes);
+        }
+        float block_max = neg_inf;
+        for (int c = 0; c < 4; ++c)
+          for (int i = 0; i < kLanes; ++i)
+            if (c * kLanes + i < visible) block_max = std::max(block_max, lane(sc[c], i));
+        const float new_max = std::max(run_max[row], block_max);
+        const float alpha = exp_scalar(run_max[row] - new_max);
+        vf p[4];
+        for (int c = 0; c < 4; ++c) {
+          p[c] = vexp(sc[c] - new_max);
+          for (int i = 0; i < kLanes; ++i)
+            if (c * kLanes + i >= visible) p[c][i] = 0.0f;
+        }
+        const float block_sum = reduce16((p[0] + p[1]) + (p[2] + p[3]));
+        run_sum[row] = run_sum[row] * alpha + block_sum;
+        run_max[row] = new_max;
+        float* a = acc.data() + row * dv * kLanes;
+        for (int64_t c = 0; c < dv; ++c) {
+          vf pv = {};
+          for (int64_t j = 0; j < visible; ++j)
+            pv += splat(lane(p[j / kLanes], static_cast<int>(j % kLanes))) *
+                  load16(vb.data() + (j * dv + c) * kLanes);
+          store16(a + c * kLanes, load16(a + c * kLanes) * alpha + pv);
+        }
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t row = r * group + g;
+      T* o = out + (tokens[r] * s.heads + h * group + g) * D;
+      for (int64_t d = 0; d < D; ++d)
+        o[d] = from_float<T>(acc[row * dv * kLanes + d] / run_sum[row]);
+    }
+}
+
+MATCHED_CLONES void attend_tile_f32(const float* q, float* out, const int64_t* tokens,
+                                    const int64_t* positions, int64_t rows, int64_t h,
+                                    const KeySource<float>& keys, const AttentionShape& s) {
+  attend_tile<float>(q, out, tokens, positions, rows, h, keys, s);
+}
+MATCHED_CLONES void attend_tile_bf16(const bf16* q, bf16* out, const int64_t* tokens,
+                                     const int64_t* positions, int64_t rows, int64_t h,
+                                     const KeySource<bf16>& keys, const AttentionShape& s) {
+  attend_tile<bf16>(q, out, tokens, positions, rows, h, keys, s);
+}
+
+struct Tile {
+  int64_t sequence, begin, end;  // packed query rows [begin, end) of one sequence
+};
+
+// Runs every (tile, kv head) task. Tiles are visited from both ends alternately so that the
+// static split of at::parallel_for gives each thread a similar amount of causal work.
+template <class T>
+void run_tiles(const at::Tensor& q, at::Tensor& out, const std::vector<Tile>& tiles,
+               const int64_t* positions, const std::vector<KeySource<T>>& sources,
+               const AttentionShape& s) {
+  const int64_t n_tiles = static_cast<int64_t>(tiles.size());
+  std::vector<int64_t> order(n_tiles);
+  for (int64_t i = 0; i < n_tiles; ++i) order[i] = i % 2 ? n_tiles - 1 - i / 2 : i / 2;
+  std::vector<int64_t> tokens(q.size(0));
+  for (int64_t i = 0; i < q.size(0); ++i) tokens[i] = i;
+  const T* qp = q.const_data_ptr<T>();
+  T* op = out.mutable_data_ptr<T>();
+  at::parallel_for(0, n_tiles * s.kv_heads, 1, [&](int64_t b, int64_t e) {
+    for (int64_t task = b; task < e; ++task) {
+      const Tile& t = tiles[order[task / s.kv_heads]];
+      const int64_t h = task % s.kv_heads;
+      if constexpr (std::is_same_v<T, float>)
+        attend_tile_f32(qp, op, tokens.data() + t.begin, positions + t.begin, t.end - t.begin, h,
+                        sources[t.sequence], s);
+      else
+        attend_tile_bf16(qp, op, tokens.data() + t.begin, positions + t.begin, t.end - t.begin, h,
+                         sources[t.sequence], s);
+    }
+  });
+}
+
+AttentionShape check_shape(const at::Tensor& q, int64_t kv_heads, int64_t dim, double scale) {
+  TORCH_CHECK(q.dim() == 3 && q.size(2) == dim && q.size(1) % kv_heads == 0,
+              "attention: q (T, heads, D) with heads a multiple of kv_heads expected, got ",
+              q.sizes(), " for ", kv_heads, " kv heads of dim ", dim);
+  TORCH_CHECK(q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16,
+              "attention: float32 or bfloat16 expected, got ", q.scalar_type());
+  return {q.size(1), kv_heads, dim, static_cast<float>(scale)};
+}
+
+std::vector<Tile> sequence_tiles(const std::vector<int64_t>& starts) {
+  std::vector<Tile> tiles;
+  for (size_t seq = 0; seq + 1 < starts.size(); ++seq)
+    for (int64_t b = starts[seq]; b < starts[seq + 1]; b += kQueryTile)
+      tiles.push_back({static_cast<int64_t>(seq), b, std::min(b + kQueryTile, starts[seq + 1])});
+  return tiles;
+}
+
+at::Tensor attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+                     double scale) {
+  const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  TORCH_CHECK(k.dim() == 3 && k.sizes() == v.sizes() && k.size(0) == q.size(0) &&
+                  k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "attention: k, v (T, kv_heads, D) matching q expected");
+  const AttentionShape s = check_shape(q, k.size(1), k.size(2), scale);
+  const int64_t length = q.size(0);
+  at::Tensor out = at::empty_like(q);
+  if (length == 0) return out;
+  std::vector<int64_t> positions(length);
+  for (int64_t i = 0; i < length; ++i) positions[i] = i;
+  const std::vector<Tile> tiles = sequence_tiles({0, length});
+  if (q.scalar_type() == at::kFloat) {
+    const KeySource<float> keys{k.const_data_ptr<float>(), v.const_data_ptr<float>(), nullptr, 0,
+                                length};
+    run_tiles<float>(q, out, tiles, positions.data(), {keys}, s);
+  } else {
+    const KeySource<bf16> keys{k.const_data_ptr<bf16>(), v.const_data_ptr<bf16>(), nullptr, 0,
+                               length};
+    run_tiles<bf16>(q, out, tiles, positions.data(), {keys}, s);
+  }
+  return out;
+}
+
+at::Tensor paged_attention(const at::Tensor& q_in, const at::Tensor& cache,
+                           const at::Tensor& query_start_loc, const at::Tensor& seq_lens,
+                           const at::Tensor& positions_in, const at::Tensor& block_table_in,
+                           double scale) {
+  TORCH_CHECK(cache.dim() == 5 && cache.size(1) == 2 && cache.is_contiguous() &&
+                  cache.scalar_type() == q_in.scalar_type(),
+              "paged_attention: contiguous cache (blocks, 2, kv_heads, block_size, D) of q's "
+              "dtype expected, got ", cache.sizes(), " ", cache.scalar_type());
+  const at::Tensor q = q_in.contiguous();
+  const AttentionShape s = check_shape(q, cache.size(2), cache.size(4), scale);
+  const at::Tensor starts_t = query_start_loc.to(at::kLong).contiguous();
+  const at::Tensor lens_t = seq_lens.to(at::kLong).contiguous();
+  const at::Tensor positions = positions_in.to(at::kLong).contiguous();
+  const at::Tensor table = block_table_in.to(at::kInt).contiguous();
+  const int64_t n_seqs = lens_t.numel();
+  TORCH_CHECK(starts_t.numel() == n_seqs + 1 && table.size(0) >= n_seqs &&
+                  positions.numel() == q.size(0),
+              "paged_attention: query_start_loc (S+1), seq_lens (S), block_table (>=S, blocks) "
+              "and one position per query expected");
+  const int64_t* sp = starts_t.const_data_ptr<int64_t>();
+  const std::vector<int64_t> starts(sp, sp + n_seqs + 1);
+  TORCH_CHECK(starts.back() == q.size(0), "paged_attention: query_start_loc ends at ",
+              starts.back(), " but q holds ", q.size(0), " tokens");
+  const int64_t* lens = lens_t.const_data_ptr<int64_t>();
+  const int64_t* pos = positions.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < n_seqs; ++i)
+    for (int64_t t = starts[i]; t < starts[i + 1]; ++t)
+      TORCH_CHECK(pos[t] >= 0 && pos[t] < lens[i], "paged_attention: query at position ", pos[t],
+                  " of a sequence of length ", lens[i]);
+  at::Tensor out = at::empty_like(q);
+  const std::vector<Tile> tiles = sequence_tiles(starts);
+  const int32_t* tp = table.const_data_ptr<int32_t>();
+  const int64_t block_size = cache.size(3), width = table.size(1);
+  auto sources_of = [&](auto* base) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(base)>>;
+    std::vector<KeySource<T>> sources;
+    for (int64_t i = 0; i < n_seqs; ++i)
+      sources.push_back({base, base, tp + i * width, block_size, lens[i]});
+    return sources;
+  };
+  if (q.scalar_type() == at::kFloat)
+    run_tiles<float>(q, out, tiles, pos, sources_of(cache.const_data_ptr<float>()), s);
+  else
+    run_tiles<bf16>(q, out, tiles, pos, sources_of(cache.const_data_ptr<bf16>()), s);
+  return out;
+}
+
+at::Tensor exp_fp32(const at::Tensor& x_in) {
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty_like(x);
+  const float* xp = x.const_data_ptr<float>();
+  float* op = out.mutable_data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) op[i] = exp_scalar(xp[i]);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(agent_rl_matched, m) {
+  m.def("linear(Tensor x, Tensor weight) -> Tensor", &linear);
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &rms_norm);
+  m.def("silu_and_mul(Tensor gate, Tensor up) -> Tensor", &silu_and_mul);
+  m.def("attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor", &attention);
+  m.def("paged_attention(Tensor q, Tensor kv_cache, Tensor query_start_loc, Tensor seq_lens, "
+        "Tensor positions, Tensor block_table, float scale) -> Tensor",
+        &paged_attention);
+  m.def("exp(Tensor x) -> Tensor", &exp_fp32);
+}

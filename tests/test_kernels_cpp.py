@@ -1,0 +1,191 @@
+"""Property tests of the compiled CPU kernels (`kernels/csrc`): each output is invariant to batch
+size, batch order and thread count bit for bit, a decode step equals teacher forcing bit for bit,
+a paged cache gives the contiguous bits, and results stay close to float64 reference math."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels import cpp_ops, cpu_ops, ops, reference
+
+DTYPES = [torch.float32, torch.bfloat16]
+BATCH_SIZES = [1, 2, 3, 5, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 129, 200]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled() -> None:
+    """Builds the extension once (cached on disk); skips, saying why, where it cannot be built."""
+    if not cpp_ops.available():
+        pytest.skip(f"compiled matched kernels unavailable: {cpp_ops.unavailable_reason()}")
+
+
+def _rows_invariant(fn, rows: torch.Tensor, seed: int = 0) -> list[int]:
+    """Batch sizes at which some row differed from the full batch's result (random subsets)."""
+    generator = torch.Generator().manual_seed(seed)
+    full = fn(rows)
+    bad = []
+    for m in BATCH_SIZES:
+        pick = torch.randperm(rows.shape[0], generator=generator)[:m]
+        if not torch.equal(fn(rows[pick]), full[pick]):
+            bad.append(m)
+    return bad
+
+
+def _with_threads(threads: int, fn):
+    before = torch.get_num_threads()
+    torch._C.set_num_threads(threads)  # vLLM replaces torch.set_num_threads in-process
+    try:
+        return fn()
+    finally:
+        torch._C.set_num_threads(before)
+
+
+def test_cpu_tensors_dispatch_to_the_compiled_backend() -> None:
+    assert ops.backend(torch.zeros(1)) is cpp_ops
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("k", "n"), [(128, 256), (100, 67), (576, 192)])
+def test_compiled_linear_rows_are_batch_invariant(dtype: torch.dtype, k: int, n: int) -> None:
+    torch.manual_seed(0)
+    weight = torch.randn(n, k).to(dtype)
+    rows = torch.randn(200, k).to(dtype)
+    assert _rows_invariant(lambda x: cpp_ops.linear(x, weight), rows) == []
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compiled_norm_and_activation_are_batch_invariant(dtype: torch.dtype) -> None:
+    torch.manual_seed(1)
+    weight = torch.randn(100).to(dtype)
+    rows = (torch.randn(200, 100) * 4).to(dtype)
+    up = torch.randn(200, 100).to(dtype)
+    assert _rows_invariant(lambda x: cpp_ops.rms_norm(x, weight, 1e-5), rows) == []
+    combined = torch.stack((rows, up), dim=1)
+    assert _rows_invariant(lambda x: cpp_ops.silu_and_mul(x[:, 0], x[:, 1]), combined) == []
+
+
+def test_compiled_ops_are_invariant_across_thread_counts() -> None:
+    torch.manual_seed(2)
+    weight, rows, norm = torch.randn(200, 96), torch.randn(150, 96), torch.randn(96)
+    q, k, v = _qkv(300)
+
+    def run() -> list[torch.Tensor]:
+        return [cpp_ops.linear(rows, weight), cpp_ops.linear(rows[9:10], weight),
+                cpp_ops.rms_norm(rows, norm, 1e-5), cpp_ops.silu_and_mul(rows, rows.flip(0)),
+                cpp_ops.attention(q, k, v, 0.2)]
+
+    one, two = _with_threads(1, run), _with_threads(2, run)
+    assert all(torch.equal(a, b) for a, b in zip(one, two, strict=True))
+    assert torch.equal(one[1][0], one[0][9])
+
+
+def test_compiled_exp_equals_the_torch_backend_bitwise() -> None:
+    x = torch.cat((torch.linspace(-100.0, 100.0, 200_001), torch.tensor([0.0, -0.0, 1e-30])))
+    assert torch.equal(torch.ops.agent_rl_matched.exp(x), cpu_ops.exp(x))
+
+
+def test_compiled_lm_head_widens_a_bf16_weight_exactly() -> None:
+    torch.manual_seed(3)
+    weight = torch.randn(1000, 64).to(torch.bfloat16)
+    hidden = torch.randn(20, 64).to(torch.bfloat16)
+    assert torch.equal(cpp_ops.lm_head_logits(hidden, weight),
+                       cpp_ops.lm_head_logits(hidden, weight.float()))
+    assert _rows_invariant(lambda x: ops.lm_head_logprobs(x, weight),
+                           torch.randn(200, 64).to(torch.bfloat16)) == []
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compiled_ops_match_float64_reference(dtype: torch.dtype) -> None:
+    torch.manual_seed(4)
+    tol = 2e-5 if dtype == torch.float32 else 2e-2
+    x, w = torch.randn(37, 100), torch.randn(80, 100)
+    gate, up, norm_w = torch.randn(37, 80), torch.randn(37, 80), torch.randn(100)
+
+    def check(fast, ref, *args) -> None:
+        got = fast(*(a.to(dtype) for a in args)).double()
+        want = ref(*(a.to(dtype).double() for a in args))
+        assert ((got - want).abs() / (want.abs() + 1)).max().item() < tol
+
+    check(cpp_ops.linear, reference.linear, x, w)
+    check(lambda a, b: cpp_ops.rms_norm(a, b, 1e-5),
+          lambda a, b: reference.rms_norm(a, b, 1e-5), x, norm_w)
+    check(cpp_ops.silu_and_mul, reference.silu_and_mul, gate, up)
+
+
+def _qkv(length: int, heads: int = 6, kv_heads: int = 2, dim: int = 32, seed: int = 5):
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(length, heads, dim, generator=generator)
+    k = torch.randn(length, kv_heads, dim, generator=generator)
+    v = torch.randn(length, kv_heads, dim, generator=generator)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [32, 40])
+def test_compiled_attention_matches_float64_reference(dtype: torch.dtype, dim: int) -> None:
+    q, k, v = _qkv(300, dim=dim)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    got = cpp_ops.attention(q, k, v, dim ** -0.5).double()
+    want = reference.attention(q.double(), k.double(), v.double(), dim ** -0.5)
+    assert (got - want).abs().max().item() < (2e-6 if dtype == torch.float32 else 3e-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [32, 40])
+def test_compiled_decode_matches_teacher_forcing_bitwise(dtype: torch.dtype, dim: int) -> None:
+    q, k, v = (t.to(dtype) for t in _qkv(200, dim=dim))
+    full = cpp_ops.attention(q, k, v, 0.2)
+    for position in [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 150, 199]:
+        step = cpp_ops.attention(q[: position + 1], k[: position + 1], v[: position + 1], 0.2)
+        assert torch.equal(step[position], full[position]), position
+
+
+def _paged_cache(keys: list[torch.Tensor], values: list[torch.Tensor], block_size: int,
+                 seed: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scatter each sequence's K/V over random cache blocks; unused slots hold NaN."""
+    kv_heads, dim = keys[0].shape[1:]
+    blocks_per_seq = [math.ceil(k.shape[0] / block_size) for k in keys]
+    total = sum(blocks_per_seq) + 3
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
+    cache = torch.full((total, 2, kv_heads, block_size, dim), math.nan, dtype=keys[0].dtype)
+    table = torch.full((len(keys), max(blocks_per_seq) + 2), 10**6, dtype=torch.int32)
+    for seq, (k, v) in enumerate(zip(keys, values, strict=True)):
+        table[seq, : blocks_per_seq[seq]] = torch.tensor(
+            [order.pop() for _ in range(blocks_per_seq[seq])], dtype=torch.int32)
+        slots = (table[seq].long()[torch.arange(k.shape[0]) // block_size] * block_size
+                 + torch.arange(k.shape[0]) % block_size)
+        cpu_ops.write_paged_kv(cache, k, v, slots)
+    return cache, table
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_compiled_paged_attention_matches_contiguous_bitwise(dtype: torch.dtype,
+                                                             block_size: int) -> None:
+    """Prefill chunks and decode tokens of several sequences in one step, over a paged cache
+    whose unused slots and table entries are garbage (NaN, out-of-range block ids)."""
+    lengths, new_tokens = [5, 130, 64, 33, 1, 90], [5, 1, 20, 1, 1, 37]
+    seqs = [tuple(t.to(dtype) for t in _qkv(n, seed=n)) for n in lengths]
+    cache, table = _paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size)
+    q = torch.cat([s[0][-n:] for s, n in zip(seqs, new_tokens, strict=True)])
+    positions = torch.cat([torch.arange(length - n, length)
+                           for length, n in zip(lengths, new_tokens, strict=True)])
+    starts = torch.tensor([0, *torch.tensor(new_tokens).cumsum(0).tolist()], dtype=torch.int32)
+    plan = ops.plan_paged(starts, torch.tensor(lengths, dtype=torch.int32), positions, table,
+                          block_size)
+    got = cpp_ops.paged_attention(q, cache, plan, 0.2)
+    want = torch.cat([cpp_ops.attention(*s, 0.2)[-n:]
+                      for s, n in zip(seqs, new_tokens, strict=True)])
+    assert torch.equal(got, want)
+    reordered = [2, 0, 5, 1, 4, 3]
+    q_re = torch.cat([seqs[i][0][-new_tokens[i]:] for i in reordered])
+    pos_re = torch.cat([torch.arange(lengths[i] - new_tokens[i], lengths[i]) for i in reordered])
+    starts_re = torch.tensor([0, *torch.tensor([new_tokens[i] for i in reordered]).cumsum(0)])
+    plan_re = ops.plan_paged(starts_re, torch.tensor([lengths[i] for i in reordered]), pos_re,
+                             table[reordered], block_size)
+    got_re = cpp_ops.paged_attention(q_re, cache, plan_re, 0.2)
+    want_re = torch.cat([want[starts[i]:starts[i + 1]] for i in reordered])
+    assert torch.equal(got_re, want_re)
