@@ -84,9 +84,11 @@ SOLUTIONS = {
         call("PRESS", key="down") + call("TYPING", text="buy milk\n"),
         call("HOTKEY", keys=["ctrl", "x"]) + call("HOTKEY", keys=["ctrl", "s"]),
     ],
-    "files-new-folder": [call("PRESS", key="f7"), call("TYPING", text="archive\n")],
+    "files-new-folder": [call("PRESS", key="f7"), call("WAIT"), call("TYPING", text="archive\n")],
     "window-maximize-logo": [call("HOTKEY", keys=["alt", "f10"])],
-    "files-open-folder": [call("DOUBLE_CLICK", x=220, y=220)],  # the "reports" row of xfe's list
+    # The "reports" row of xfe's list; xfe fills its list and retitles itself a moment after its
+    # window maps, later still on a loaded machine, so the solution waits as a person would.
+    "files-open-folder": [call("WAIT"), call("DOUBLE_CLICK", x=220, y=220), call("WAIT")],
     "6f56bf42-85b8-4fbb-8e06-6c44960184ba": [
         call("TYPING", text="echo 'water the plants' >> ~/Desktop/todo.txt\n")
     ],
