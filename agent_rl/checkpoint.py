@@ -30,6 +30,10 @@ CHECKPOINTS_DIR = "checkpoints"
 PREFIX = "update_"
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, no permission); the previous one is kept."""
+
+
 @dataclass
 class RunState:
     """Everything besides the learner that a resumed run needs."""
@@ -69,10 +73,21 @@ def save_checkpoint(
     final = root / f"{PREFIX}{learner_state['version']:06d}"
     partial = root / f".partial_{final.name}"
     shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    torch.save(learner_state, partial / "learner.pt")
-    torch.save(_rng_state(), partial / "rng.pt")
-    (partial / "run_state.json").write_text(json.dumps(state.to_dict(), default=str))
+    try:
+        partial.mkdir()
+        torch.save(learner_state, partial / "learner.pt")
+        torch.save(_rng_state(), partial / "rng.pt")
+        (partial / "run_state.json").write_text(json.dumps(state.to_dict(), default=str))
+    except (OSError, RuntimeError) as error:
+        # torch.save reports a full disk as a RuntimeError from its zip writer.
+        shutil.rmtree(partial, ignore_errors=True)
+        free_mb = shutil.disk_usage(root).free / 2**20
+        previous = latest_checkpoint(run_dir)
+        raise CheckpointWriteError(
+            f"could not write checkpoint {final} ({error}); {free_mb:.0f} MB free there; the "
+            f"newest complete checkpoint is {previous or 'none'}; free disk space or point "
+            "out_dir elsewhere, then run again to resume"
+        ) from error
     if final.exists():
         shutil.rmtree(final)
     partial.rename(final)

@@ -46,6 +46,9 @@ USER_ERRORS = frozenset({
     "agent_rl.eval_report.ReportFormatError",
     "agent_rl.pipeline.PipelineError",
     "agent_rl.ledger.LedgerError",
+    "agent_rl.checkpoint.CheckpointWriteError",
+    "agent_rl.pipeline.RayUnreachableError",
+    "agent_rl.faults.LearnerKilled",
     "envs.tasks.TaskFileError",
     "envs.tool_env.UnknownTaskError",
     "kernels.llama.UnsupportedCheckpointError",
@@ -161,10 +164,38 @@ def train_command(
                 f"IS max/med {metrics.get('is/max_over_median', float('nan')):.3f}  "
                 f"lag max {metrics.get('lag/max', 0)}"))
 
-        summary = train(config, on_update=on_update)
+        try:
+            summary = train(config, on_update=on_update)
+        except BaseException:
+            _print_saved_ledger(Path(config.out_dir))
+            raise
     console.print(f"run dir: {summary.run_dir}  updates: {summary.updates}  "
                   f"updates/hour: {summary.updates_per_hour:.1f}  max lag: {summary.lag_max}")
-    console.print(f"ledger: {summary.ledger}")
+    console.print(f"ledger (saved in {summary.run_dir}/ledger.json): {summary.ledger}")
+
+
+def _print_saved_ledger(run_dir: Path) -> None:
+    """On an error or Ctrl-C the pipeline has saved its ledger; show it before the error."""
+    from agent_rl.ledger import LEDGER_FILE, read_ledger
+
+    if (run_dir / LEDGER_FILE).exists():
+        counts = read_ledger(run_dir)["counts"]
+        console.print(f"ledger at exit (saved in {run_dir / LEDGER_FILE}): {counts}")
+
+
+@app.command("soak")
+def soak_command(
+    minutes: Annotated[float, typer.Option(min=0.1)] = 10.0,
+    fault_every: Annotated[float, typer.Option(min=1.0, help="Seconds between faults.")] = 30.0,
+    config_path: Annotated[Path, typer.Option("--config")] = Path("configs/smoke.yaml"),
+    out: Annotated[Path, typer.Option(help="Where soak_report.json goes.")] = Path("runs/soak"),
+) -> None:
+    """Run the tiny-model pipeline with random faults; report faults, losses and the ledger check."""
+    from agent_rl import soak
+
+    report = soak.run(console, minutes, fault_every_s=fault_every, config_path=config_path, out_dir=out)
+    if not report["ledger_balanced"]:
+        raise typer.Exit(1)
 
 
 def _parse_overrides(items: list[str]) -> dict[str, object]:

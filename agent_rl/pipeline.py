@@ -20,6 +20,13 @@ no trained token may exceed `max_lag`. Three rules enforce it:
 - a queued group whose lag would still exceed max_lag is dropped as "stale" and counted.
 With max_lag = 0 these rules are synchronous RL: generate a batch, wait for it, train, wait for
 every actor to load the new weights, repeat. That is `mode: sync`, the same code.
+
+Faults. A rollout actor that dies is restarted by Ray (`max_actor_restarts`); the pipeline
+re-runs the groups it had in flight under their old ids (ledger: re-run, "actor_died") and
+loads the current weights and version into it before it gets new work. An episode whose env
+raised is dropped with its group ("env_error"), never half-recorded. Whatever ends the run
+(the end, an error, Ctrl-C), `ledger.json` in the run dir says what happened to every group;
+`agent_rl.faults` injects such faults on purpose.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +43,18 @@ from typing import Any
 
 from agent_rl.checkpoint import RunState, latest_checkpoint, load_checkpoint, save_checkpoint
 from agent_rl.config import dump_config
+from agent_rl.faults import (
+    DELAY_BROADCAST,
+    FILL_QUEUE,
+    KILL_ACTOR,
+    KILL_LEARNER,
+    FaultInjector,
+    FaultyEnvFactory,
+    InjectedEnvFault,
+    LearnerKilled,
+)
 from agent_rl.learner import Learner, LearnerSettings
+from agent_rl.ledger import save_ledger
 from agent_rl.loss import LossSettings
 from agent_rl.metrics import MetricsWriter
 from agent_rl.rollout import END_ENV_ERROR, group_lag
@@ -46,10 +65,16 @@ logger = logging.getLogger(__name__)
 
 OnUpdate = Callable[[dict[str, Any]], None]
 POLL_S = 1.0
+RESTORING = -(10**9)  # the acknowledged version of an actor being restarted: it gets no work
+RAY_CONNECT_TIMEOUT_S = 5.0
 
 
 class PipelineError(RuntimeError):
     """The run cannot go on: rollouts keep failing, or nothing arrives for too long."""
+
+
+class RayUnreachableError(PipelineError):
+    """`ray_address` names a Ray cluster that does not answer."""
 
 
 @dataclass
@@ -67,6 +92,7 @@ class RunSummary:
     final_metrics: dict[str, Any]
     resumed_from: int | None = None
     plots: list[Path] = field(default_factory=list)
+    faults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -159,6 +185,15 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
     env_kwargs: dict[str, Any] = {"split": config.tasks_split, "max_turns": config.max_turns}
     if config.task_categories:
         env_kwargs["categories"] = config.task_categories
+    if config.sandbox_timeout_s is not None:
+        from sandbox import SandboxConfig
+
+        env_kwargs["sandbox_config"] = SandboxConfig(timeout_s=config.sandbox_timeout_s)
+    env_factory = (
+        FaultyEnvFactory(config.env, env_kwargs, config.faults)
+        if config.faults.env_faults_on
+        else None
+    )
     rollout_config = RolloutConfig(
         group_size=config.group_size,
         context_budget=config.max_model_len,
@@ -175,11 +210,49 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
     num_cpus = min(1.0, config.ray_num_cpus / config.num_rollout_actors)
     actors = [
         make_rollout_actor(
-            engine_config, rollout_config, name=f"rollout-{i}-{os.getpid()}", num_cpus=num_cpus
+            engine_config,
+            rollout_config,
+            env_factory=env_factory,
+            name=f"rollout-{i}-{os.getpid()}",
+            num_cpus=num_cpus,
+            max_restarts=config.max_actor_restarts,
         )
         for i in range(config.num_rollout_actors)
     ]
     return actors
+
+
+def init_ray(config: TrainConfig) -> bool:
+    """Join `ray_address` or start a local Ray; True if we started it (and must shut it down).
+
+    ray.init retries an unreachable address for minutes; a plain TCP probe fails in seconds.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = config.ray_address
+    if not address:
+        ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False)
+        return True
+    check_ray_address(address)
+    ray.init(address=address)
+    return True
+
+
+def check_ray_address(address: str) -> None:
+    """Raise RayUnreachableError unless something listens at `address` ("auto" is not probed)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as error:
+        raise RayUnreachableError(
+            f"no Ray cluster answers at ray_address {address!r} ({error}); start one with "
+            "`ray start --head`, fix the address (host:port), or remove ray_address to run "
+            "a local Ray"
+        ) from error
 
 
 class Pipeline:
@@ -199,13 +272,8 @@ class Pipeline:
         dump_config(config, self.run_dir / "config.yaml")
         model_dir = resolve_model(config.model, config.dtype)
 
-        self.started_ray = False
-        if not ray.is_initialized():
-            if config.ray_address:
-                ray.init(address=config.ray_address)
-            else:
-                ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False)
-            self.started_ray = True
+        self.faults = FaultInjector(config.faults)
+        self.started_ray = init_ray(config)
 
         self.actors = start_rollout_actors(
             config, rollout_model_dir(config, model_dir, self.run_dir)
@@ -229,9 +297,19 @@ class Pipeline:
 
         self.queue: list[Group] = list(self.state.queued_groups)
         self.rerun_indices = sorted(self.state.in_flight_task_indices)
+        self.rerun_reasons: dict[int, str] = {}  # task index -> why it runs again (else resume)
         self.in_flight: dict[Any, InFlight] = {}
         self.pending_updates: dict[Any, tuple[int, int]] = {}  # ref -> (actor, version)
+        self.restoring: dict[Any, tuple[int, int]] = {}  # ref -> (restarted actor, version)
         self.acked = [0] * len(self.actors)
+        self.restarts = [0] * len(self.actors)
+        self.killed_on_purpose: set[int] = set()
+        self.weights_ref: Any = None
+        self.delayed_broadcast: tuple[float, int, Any] | None = None  # (due, version, weights)
+        self.kill_actor_pending = False
+        self.hold_until_full = False
+        self.untrained_peak = 0
+        self.status = "running"
         self.weight_load_s: list[float] = []
         self.rollout_errors = 0
         self.metrics = MetricsWriter(self.run_dir)
@@ -247,15 +325,24 @@ class Pipeline:
         start = time.perf_counter()
         updates_at_start = self.learner.version
         try:
-            while self.learner.version < self.config.num_updates:
+            while self.learner.version < self.config.num_updates and not self._out_of_time(start):
+                self._send_due_broadcast()
                 self._submit_while_allowed()
+                if self.kill_actor_pending and self.in_flight:
+                    self._kill_busiest_actor()
                 batch = self._take_batch()
                 if batch is not None:
                     self._update(batch)
+                    self._inject_driver_faults()
                 else:
                     self._wait_for_results(self._blocking_refs())
             train_wall = time.perf_counter() - start
             self._finish()
+        except BaseException as error:
+            # Ctrl-C and crashes too: leave an account of every group before going down.
+            self.status = f"interrupted: {type(error).__name__}: {error}"
+            self._save_ledger()
+            raise
         finally:
             self.metrics.close()
             self._shutdown()
@@ -273,7 +360,21 @@ class Pipeline:
             final_metrics=self.last_metrics,
             resumed_from=self.resumed_from,
             plots=plots,
+            faults=self.fault_report(),
         )
+
+    def fault_report(self) -> dict[str, Any]:
+        """Faults injected and recovered by kind, actor restarts, and the queue's peak."""
+        return {
+            **self.faults.report(),
+            "actor_restarts": sum(self.restarts),
+            "untrained_peak": self.untrained_peak,
+            "untrained_cap": self.config.groups_per_update * (self.max_lag + 1),
+        }
+
+    def _out_of_time(self, start: float) -> bool:
+        limit = self.config.max_wall_s
+        return limit is not None and time.perf_counter() - start > limit
 
     def _may_submit(self, actor: int) -> bool:
         config = self.config
@@ -292,12 +393,14 @@ class Pipeline:
             while self._may_submit(actor_index):
                 if self.rerun_indices:
                     task_index = self.rerun_indices.pop(0)
-                    self.state.ledger.record_rerun(group_id_for(task_index))
+                    reason = self.rerun_reasons.pop(task_index, "resume")
+                    self.state.ledger.record_rerun(group_id_for(task_index), reason)
                 else:
                     task_index = self.state.next_task_index
                     self.state.next_task_index += 1
                 ref = actor.generate_group.remote(self.tasks[task_index], self.config.group_size)
                 self.in_flight[ref] = InFlight(task_index, actor_index, self.acked[actor_index])
+        self.untrained_peak = max(self.untrained_peak, len(self.queue) + len(self.in_flight))
 
     def _blocking_refs(self) -> list[Any]:
         """What the loop waits on now: the groups the lag bound says to wait for, else anything."""
@@ -309,9 +412,12 @@ class Pipeline:
         ]
         if at_risk and len(self.queue) >= self.config.groups_per_update:
             return at_risk
-        return list(self.in_flight) + list(self.pending_updates)
+        return list(self.in_flight) + list(self.pending_updates) + list(self.restoring)
 
     def _wait_for_results(self, refs: list[Any]) -> None:
+        if not refs and self.delayed_broadcast is not None:
+            time.sleep(max(0.0, self.delayed_broadcast[0] - time.monotonic()))
+            return
         if not refs:
             raise PipelineError(
                 f"nothing to wait for at version {self.learner.version} with {len(self.queue)} "
@@ -321,6 +427,8 @@ class Pipeline:
         ready: list[Any] = []
         while not ready:
             ready, _ = self.ray.wait(refs, num_returns=1, timeout=POLL_S)
+            if self._broadcast_is_due():
+                return
             if time.perf_counter() - waited > self.config.stall_timeout_s:
                 raise PipelineError(
                     f"no rollout finished for {self.config.stall_timeout_s:.0f}s with "
@@ -332,7 +440,9 @@ class Pipeline:
         for ref in ready:
             if ref in self.pending_updates:
                 self._acknowledge(ref)
-            else:
+            elif ref in self.restoring:
+                self._finish_restore(ref)
+            elif ref in self.in_flight:  # not settled already by an actor's death
                 self._collect(ref)
 
     def _collect(self, ref: Any) -> None:
@@ -341,6 +451,10 @@ class Pipeline:
         ledger = self.state.ledger
         try:
             group: Group = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as error:
+            self._requeue(flight.task_index, "actor_died")
+            self._actor_died(flight.actor, error)
+            return
         except self.ray.exceptions.RayError as error:
             ledger.record_generated(group_id)
             ledger.record_dropped(group_id, "rollout_error")
@@ -350,13 +464,80 @@ class Pipeline:
         for trajectory in group.trajectories:
             trajectory.group_id = group_id
         ledger.record_generated(group_id)
+        for trajectory in group.trajectories:
+            self.faults.count_episode(trajectory.info)
         broken = [t for t in group.trajectories if t.end_reason == END_ENV_ERROR]
         if broken:
             # An episode the env or engine broke has no verdict; its reward 0 would be a lie.
             ledger.record_dropped(group_id, "env_error")
-            self._count_error(f"episode of task {group.task_id}: {broken[0].info.get('error')}")
+            errors = [str(t.info.get("error")) for t in broken]
+            if not all(InjectedEnvFault.__name__ in error for error in errors):
+                self._count_error(f"episode of task {group.task_id}: {errors[0]}")
             return
         self.queue.append(group)
+
+    def _requeue(self, task_index: int, reason: str) -> None:
+        """Run a task position again under the same group id: its rollout was lost, not done."""
+        self.rerun_indices.append(task_index)
+        self.rerun_indices.sort()
+        self.rerun_reasons[task_index] = reason
+
+    def _actor_died(self, actor: int, error: BaseException) -> None:
+        """Settle everything the dead actor held, then restore it once Ray has restarted it."""
+        if self.acked[actor] == RESTORING:
+            return
+        self.restarts[actor] += 1
+        if self.restarts[actor] > self.config.max_actor_restarts:
+            raise PipelineError(
+                f"rollout actor {actor} died {self.restarts[actor]} times (max_actor_restarts = "
+                f"{self.config.max_actor_restarts}); the last: {error}"
+            ) from error
+        logger.warning("rollout actor %d died (%s); restarting it", actor, error)
+        for ref, flight in list(self.in_flight.items()):
+            if flight.actor == actor:
+                del self.in_flight[ref]
+                self._requeue(flight.task_index, "actor_died")
+        for ref, (owner, _) in list(self.pending_updates.items()):
+            if owner == actor:
+                del self.pending_updates[ref]
+        self.acked[actor] = RESTORING
+        self._restore(actor)
+
+    def _restore(self, actor: int) -> None:
+        """Load the current weights and version into a restarted actor before it samples again.
+
+        Calls made to a restarting Ray actor wait until its constructor has run again.
+        """
+        handle = self.actors[actor]
+        version = self.learner.version
+        if self.weights_ref is None:  # still the initial weights the actor starts from
+            ref = handle.start.remote()
+        else:
+            ref = handle.update_weights.remote(version, self.weights_ref, version)
+        self.restoring[ref] = (actor, version)
+
+    def _finish_restore(self, ref: Any) -> None:
+        from agent_rl.weight_sync import WeightVersionError
+
+        actor, version = self.restoring.pop(ref)
+        try:
+            self.ray.get(ref)
+        except self.ray.exceptions.ActorUnavailableError:
+            # Still restarting (its engine takes a while): ask again shortly.
+            time.sleep(POLL_S)
+            self._restore(actor)
+            return
+        except self.ray.exceptions.RayActorError as error:
+            self.acked[actor] = 0  # a new death, not the one being restored from
+            self._actor_died(actor, error)
+            return
+        except WeightVersionError:
+            pass  # a broadcast reached the new incarnation first: it is already this new
+        self.acked[actor] = version
+        logger.info("rollout actor %d restored at version %d", actor, version)
+        if actor in self.killed_on_purpose:
+            self.killed_on_purpose.discard(actor)
+            self.faults.recovered[KILL_ACTOR] += 1
 
     def _count_error(self, description: str) -> None:
         self.rollout_errors += 1
@@ -371,6 +552,9 @@ class Pipeline:
         actor, version = self.pending_updates.pop(ref)
         try:
             timing = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as error:
+            self._actor_died(actor, error)
+            return
         except self.ray.exceptions.RayError as error:
             raise PipelineError(
                 f"rollout actor {actor} failed to load weights v{version}; its engine is gone, "
@@ -381,10 +565,11 @@ class Pipeline:
 
     def _take_batch(self) -> list[Group] | None:
         """The oldest usable groups for the next update, or None if the loop must wait first."""
-        if self._blocking_refs_are_at_risk():
+        if self._blocking_refs_are_at_risk() or self._holding_until_full():
             return None
         version = self.learner.version
-        self.queue.sort(key=lambda group: group.oldest_version)
+        # Ties go by group id (= task position), so a sync run's order does not hang on timing.
+        self.queue.sort(key=lambda group: (group.oldest_version, group.group_id))
         while self.queue and group_lag(self.queue[0], version) > self.max_lag:
             stale = self.queue.pop(0)
             self.state.ledger.record_dropped(stale.group_id, "stale")
@@ -395,6 +580,18 @@ class Pipeline:
         batch = self.queue[: self.config.groups_per_update]
         del self.queue[: self.config.groups_per_update]
         return batch
+
+    def _holding_until_full(self) -> bool:
+        """The fill-queue fault: no update until the submit rules admit no more work."""
+        if not self.hold_until_full:
+            return False
+        actors = range(len(self.actors))
+        if self.in_flight or self.restoring or any(self._may_submit(a) for a in actors):
+            return True
+        self.hold_until_full = False
+        self.faults.recovered[FILL_QUEUE] += 1
+        logger.info("queue filled to %d untrained groups; training resumes", len(self.queue))
+        return False
 
     def _blocking_refs_are_at_risk(self) -> bool:
         next_version = self.learner.version + 1
@@ -441,14 +638,72 @@ class Pipeline:
         from agent_rl.weight_sync import publish_weights
 
         version = self.learner.version
-        weights_ref = publish_weights(self.learner.rollout_state_dict())
+        self.weights_ref = publish_weights(self.learner.rollout_state_dict())
+        delay = self.faults.broadcast_delay_s()
+        if delay > 0:
+            if self.delayed_broadcast is not None:  # superseded: the newer weights go instead
+                self.faults.recovered[DELAY_BROADCAST] += 1
+            self.faults.injected[DELAY_BROADCAST] += 1
+            self.delayed_broadcast = (time.monotonic() + delay, version, self.weights_ref)
+            return
+        self._send_weights(version, self.weights_ref)
+
+    def _send_weights(self, version: int, weights_ref: Any) -> None:
         for index, actor in enumerate(self.actors):
+            if self.acked[index] == RESTORING:
+                continue  # its restore carries the newest weights
             ref = actor.update_weights.remote(version, weights_ref, version)
             self.pending_updates[ref] = (index, version)
 
+    def _broadcast_is_due(self) -> bool:
+        return self.delayed_broadcast is not None and time.monotonic() >= self.delayed_broadcast[0]
+
+    def _send_due_broadcast(self, wait: bool = False) -> None:
+        if self.delayed_broadcast is None:
+            return
+        due, version, weights_ref = self.delayed_broadcast
+        if wait:
+            time.sleep(max(0.0, due - time.monotonic()))
+        elif time.monotonic() < due:
+            return
+        self.delayed_broadcast = None
+        self._send_weights(version, weights_ref)
+        self.faults.recovered[DELAY_BROADCAST] += 1
+
     def _wait_for_acks(self) -> None:
-        for ref in list(self.pending_updates):
-            self._acknowledge(ref)
+        self._send_due_broadcast(wait=True)
+        while self.pending_updates or self.restoring:
+            ref = next(iter(self.pending_updates or self.restoring))
+            if ref in self.pending_updates:
+                self._acknowledge(ref)
+            else:
+                self._finish_restore(ref)
+
+    def _inject_driver_faults(self) -> None:
+        """Fire the driver faults due after this update (see `agent_rl.faults`)."""
+        due = self.faults.after_update(self.learner.version)
+        for kind in sorted(due - {DELAY_BROADCAST}):  # a delay is counted when a broadcast waits
+            self.faults.injected[kind] += 1
+        if FILL_QUEUE in due:
+            self.hold_until_full = True
+        if KILL_ACTOR in due:
+            self.kill_actor_pending = True
+        if KILL_LEARNER in due:
+            self.status = f"learner killed after update {self.learner.version}"
+            raise LearnerKilled(
+                f"fault injected: the learner died after update {self.learner.version}; run "
+                f"again on {self.run_dir} to resume from its last checkpoint"
+            )
+
+    def _kill_busiest_actor(self) -> None:
+        """Kill the actor with the most groups in flight, mid-episode; Ray restarts it."""
+        self.kill_actor_pending = False
+        busy = [flight.actor for flight in self.in_flight.values()]
+        actor = max(set(busy), key=busy.count)
+        logger.warning("fault injected: killing rollout actor %d with %d groups in flight",
+                       actor, busy.count(actor))
+        self.killed_on_purpose.add(actor)
+        self.ray.kill(self.actors[actor], no_restart=False)
 
     def _evaluate(self) -> dict[str, float]:
         """Mean reward of one episode on each of `eval_tasks` held-out tasks (not trained on)."""
@@ -469,9 +724,31 @@ class Pipeline:
         save_checkpoint(
             self.run_dir, self.learner.state_dict(), self.state, self.config.keep_checkpoints
         )
+        self._save_ledger()
+
+    def _save_ledger(self) -> None:
+        """`ledger.json`: this process's account of every group, with where the run stands."""
+        try:
+            save_ledger(
+                self.run_dir,
+                self.state.ledger,
+                status=self.status,
+                version=self.learner.version,
+                queued=[group.group_id for group in self.queue],
+                in_flight=sorted(group_id_for(f.task_index) for f in self.in_flight.values()),
+                to_rerun={
+                    group_id_for(index): self.rerun_reasons.get(index, "resume")
+                    for index in self.rerun_indices
+                },
+                faults=self.fault_report(),
+            )
+        except OSError as error:  # a full disk must not hide the error that ended the run
+            logger.error("could not write the ledger to %s: %s", self.run_dir, error)
 
     def _finish(self) -> None:
         """Account for the groups left over, check the ledger, write the final checkpoint."""
+        self.status = "finished"
+        self._wait_for_acks()  # delayed weights and restarts land: actors end current
         for group in self.queue:
             self.state.ledger.record_dropped(group.group_id, "run_ended")
         self.queue.clear()

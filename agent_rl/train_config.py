@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agent_rl.config import StrictModel, load_config
+from agent_rl.faults import FaultConfig
 
 
 class TrainConfig(StrictModel):
@@ -77,6 +78,12 @@ class TrainConfig(StrictModel):
     stall_timeout_s: float = Field(
         900.0, gt=0, description="stop with an error if no rollout finishes for this long"
     )
+    max_actor_restarts: int = Field(
+        3, ge=0, description="times Ray restarts a dead rollout actor before the run stops"
+    )
+    max_wall_s: float | None = Field(
+        None, gt=0, description="end the run cleanly after this many seconds; None: no limit"
+    )
     ray_address: str | None = Field(
         None, description="Ray cluster to join; None starts a local one"
     )
@@ -90,6 +97,9 @@ class TrainConfig(StrictModel):
     max_new_tokens: int = Field(256, ge=1, description="tokens sampled per assistant turn")
     max_model_len: int = Field(4096, ge=64, description="context length of an episode, in tokens")
     kv_cache_gib: float = Field(1.0, gt=0, description="vLLM CPU KV cache per actor (GiB)")
+    sandbox_timeout_s: float | None = Field(
+        None, gt=0, description="wall-clock limit of one sandboxed tool call; None: the env's"
+    )
 
     # Outputs.
     seed: int = Field(0, description="seed of task order, sampling and the learner")
@@ -100,6 +110,11 @@ class TrainConfig(StrictModel):
     )
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
     resume: bool = Field(True, description="continue from the newest checkpoint in out_dir")
+
+    # Reliability testing.
+    faults: FaultConfig = Field(
+        default_factory=FaultConfig, description="faults injected on purpose (all off by default)"
+    )
 
     @property
     def effective_max_lag(self) -> int:
