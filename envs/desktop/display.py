@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 VM_HOME = "/home/user"
 REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap")
-_X_START_TIMEOUT_S = 10.0
+_X_START_TIMEOUT_S = 30.0  # Xvfb compiles its keymap at start: seconds on a loaded 2-core machine
 _WM_START_TIMEOUT_S = 5.0
 
 
