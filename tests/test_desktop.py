@@ -69,7 +69,9 @@ def play(env: DesktopEnv, task: dict, turns: list[str]) -> tuple[float, bool, di
     """Run scripted turns from a reset; returns the final reward, terminated and info."""
     env.reset(options={"task": task})
     reward, terminated, info = 0.0, False, {}
-    for turn in turns:
+    # A person lets a freshly launched app settle before typing into it; on a loaded machine
+    # keystrokes sent before the app reads its input are lost.
+    for turn in [call("WAIT"), *turns]:
         _, reward, terminated, truncated, info = env.step(turn)
         if terminated or truncated:
             break
@@ -268,15 +270,17 @@ def test_recording_writes_html_page_and_contact_sheet(tasks: dict, tmp_path: Pat
     page = Path(info["recording"])
     folder = page.parent
     assert reward == 1.0 and page.name == "index.html"
+    # The reset, then play's settling WAIT, the typing and DONE.
     assert sorted(path.name for path in folder.glob("step_*.png")) == [
         "step_000.png",
         "step_001.png",
         "step_002.png",
+        "step_003.png",
     ]
     html = page.read_text()
-    assert "step_002.png" in html and "TYPING" in html and "hello world" in html
+    assert "step_003.png" in html and "TYPING" in html and "hello world" in html
     record = json.loads((folder / "episode.json").read_text())
-    assert [step["index"] for step in record["steps"]] == [0, 1, 2]
+    assert [step["index"] for step in record["steps"]] == [0, 1, 2, 3]
     assert record["outcome"]["reward"] == 1.0
     assert (folder / "contact_sheet.png").stat().st_size > 1000
 

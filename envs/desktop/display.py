@@ -9,6 +9,7 @@ cannot reach other episodes' displays or files.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shlex
@@ -34,6 +35,9 @@ logger = logging.getLogger(__name__)
 VM_HOME = "/home/user"
 REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap")
 _X_START_TIMEOUT_S = 30.0  # Xvfb compiles its keymap at start: seconds on a loaded 2-core machine
+# Display numbers this process hands out, never twice: an Xvfb that was killed can take a long
+# time to finish exiting, and a new server probing that number blocks until it is gone.
+_display_numbers = itertools.count(100 + (os.getpid() % 400) * 20)
 _WM_START_TIMEOUT_S = 5.0
 
 
@@ -120,6 +124,7 @@ class DesktopSession:
             xvfb = subprocess.Popen(
                 [
                     "Xvfb",
+                    f":{_free_display_number()}",
                     "-displayfd",
                     str(write_fd),
                     "-screen",
@@ -319,3 +324,13 @@ def _kill_and_remove(processes: list[subprocess.Popen[bytes]], root: Path) -> No
             logger.warning("process %s did not exit after SIGKILL", process.args[0])
     processes.clear()
     shutil.rmtree(root, ignore_errors=True)
+
+
+def _free_display_number() -> int:
+    """The next display number of this process whose socket and lock file are both absent."""
+    while True:
+        number = next(_display_numbers)
+        if number > 30000:
+            raise DesktopStartError("ran out of X display numbers for this process")
+        if not (Path(f"/tmp/.X11-unix/X{number}").exists() or Path(f"/tmp/.X{number}-lock").exists()):
+            return number
