@@ -13,3 +13,12 @@ from agent_rl.model_store import tiny_model_dir
 def tiny_model() -> Path:
     """A random-weight 2-layer Llama with the default tokenizer, as a real HF checkpoint."""
     return tiny_model_dir()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray instance for one test module, shut down when the module is done."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield ray
+    ray.shutdown()

@@ -188,14 +188,6 @@ def test_full_disk_gives_a_checkpoint_error_and_keeps_the_previous_checkpoint(ti
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def faulty_run(local_ray, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("faulty_run")
     config = TrainConfig(

@@ -46,14 +46,6 @@ def test_sync_mode_means_lag_zero() -> None:
     assert TrainConfig(mode="sync", max_lag=64).effective_max_lag == 0
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield ray
-    ray.shutdown()
-
-
 def _config(out_dir: Path, **overrides: object) -> TrainConfig:
     settings = {
         "model": "tiny",

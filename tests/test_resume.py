@@ -23,14 +23,6 @@ NUM_UPDATES = 4
 KILLED_AFTER = 3  # between the checkpoint at 2 and the end: update 3 is trained twice in all
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield ray
-    ray.shutdown()
-
-
 def _config(out_dir: Path, **overrides: object) -> TrainConfig:
     settings = {
         "model": "tiny",
