@@ -9,6 +9,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium
@@ -55,7 +56,7 @@ def button_center(observation: str, window_title: str, button: str) -> tuple[int
 
 @pytest.fixture(scope="module")
 def env() -> Iterator[DesktopEnv]:
-    desktop = DesktopEnv(split="train")
+    desktop = DesktopEnv(split="train", max_turns=60)  # room for the scripts' Await pauses
     yield desktop
     desktop.close()
 
@@ -65,14 +66,30 @@ def tasks() -> dict[str, dict]:
     return all_tasks()
 
 
-def play(env: DesktopEnv, task: dict, turns: list[str]) -> tuple[float, bool, dict]:
+@dataclass(frozen=True)
+class Await:
+    """A scripted pause: WAIT until the screen's text shows (or no longer shows) `text`, as a
+    person watches for a dialog instead of counting seconds; a loaded machine can take a while."""
+
+    text: str
+    present: bool = True
+    max_waits: int = 12
+
+
+def play(env: DesktopEnv, task: dict, turns: list[str | Await]) -> tuple[float, bool, dict]:
     """Run scripted turns from a reset; returns the final reward, terminated and info."""
-    env.reset(options={"task": task})
+    messages, _ = env.reset(options={"task": task})
     reward, terminated, info = 0.0, False, {}
     # A person lets a freshly launched app settle before typing into it; on a loaded machine
     # keystrokes sent before the app reads its input are lost.
     for turn in [call("WAIT"), *turns]:
-        _, reward, terminated, truncated, info = env.step(turn)
+        if isinstance(turn, Await):
+            for _ in range(turn.max_waits):
+                if (turn.text in messages[-1]["content"]) == turn.present:
+                    break
+                messages, *_ = env.step(call("WAIT"))
+            continue
+        messages, reward, terminated, truncated, info = env.step(turn)
         if terminated or truncated:
             break
     return reward, terminated, info
@@ -86,7 +103,13 @@ SOLUTIONS = {
         call("PRESS", key="down") + call("TYPING", text="buy milk\n"),
         call("HOTKEY", keys=["ctrl", "x"]) + call("HOTKEY", keys=["ctrl", "s"]),
     ],
-    "files-new-folder": [call("PRESS", key="f7"), call("WAIT"), call("TYPING", text="archive\n")],
+    "files-new-folder": [
+        Await('window "Xfe'),
+        call("PRESS", key="f7"),
+        Await('dialog "New Folder"'),
+        call("TYPING", text="archive\n"),
+        Await('dialog "New Folder"', present=False),
+    ],
     "window-maximize-logo": [call("HOTKEY", keys=["alt", "f10"])],
     # The "reports" row of xfe's list; xfe fills its list and retitles itself a moment after its
     # window maps, later still on a loaded machine, so the solution waits as a person would.
