@@ -133,9 +133,10 @@ def _report(
         "learner_killed": sum(attempt["generated_since_checkpoint"] for attempt in attempts),
     }
     # A soak that ends on a learner kill still holds generated groups in its queue.
+    trained_twice = len(final["trained"]) - len(set(final["trained"]))
     balanced = (
         counts["generated"] == counts["trained"] + counts["dropped"] + len(final["queued"])
-        and len(final["trained"]) == len(set(final["trained"]))
+        and trained_twice == 0
         and not set(final["trained"]) & set(final["dropped"])
     )
     return {
@@ -151,6 +152,8 @@ def _report(
         "groups_lost": lost_groups,
         "episodes_lost": {reason: n * group_size for reason, n in lost_groups.items()},
         "ledger": counts,
+        "queued_at_end": len(final["queued"]),
+        "groups_trained_twice": trained_twice,
         "ledger_balanced": balanced,
     }
 
@@ -171,5 +174,6 @@ def _print_report(console: Console, report: dict[str, Any], run_dir: Path) -> No
                   f"actor restarts: {report['actor_restarts']}")
     console.print(f"episodes lost: {report['episodes_lost']}")
     verdict = "[green]balanced[/green]" if report["ledger_balanced"] else "[red]NOT balanced[/red]"
-    console.print(f"ledger {verdict}: {report['ledger']}")
+    console.print(f"ledger {verdict}: {report['ledger']}, queued at the end: "
+                  f"{report['queued_at_end']}, trained twice: {report['groups_trained_twice']}")
     console.print(f"report: {run_dir / REPORT_FILE}")

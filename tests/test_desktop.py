@@ -332,3 +332,16 @@ def test_desktop_programs_are_named_when_missing() -> None:
 
     with pytest.raises(MissingProgramError, match="no-such-program-xyz"):
         require_programs(["no-such-program-xyz"])
+
+
+@needs_desktop
+def test_task_from_osworld_repository_runs_as_is(env: DesktopEnv, caplog: pytest.LogCaptureFixture) -> None:
+    """OSWorld's own Quick Start task, unchanged: it loads, its set-up runs (and fails loudly,
+    as pyautogui and the network are not in the sandbox), and its evaluator scores the result."""
+    task = load_task_file(TASKS_DIR / "osworld" / "94d95f96-9699-4208-98ba-3c3119edf9c2.json")
+    with caplog.at_level("WARNING", logger="envs.desktop.setup_steps"):
+        messages, info = env.reset(options={"task": task})
+    assert info["task_id"] == task["id"] and task["instruction"] in messages[-1]["content"]
+    assert "pyautogui" in caplog.text
+    _, reward, terminated, _, info = env.step(call("DONE"))
+    assert terminated and reward == 0.0 and info["ended_by"] == "DONE"
