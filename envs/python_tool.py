@@ -76,7 +76,10 @@ class PythonToolEnv(ToolEnv):
 
     ## Episode End
     Termination when the model answers; truncation after `max_turns` turns or `max_tokens`
-    tokens without an answer.
+    tokens without an answer, or (with `end_on_timeout`, the default) right after a call that
+    hung until the sandbox killed it at its time limit: `info["end_reason"]` is then
+    `"sandbox_timeout"` and the reward 0. A hung interpreter has lost its state, and episodes
+    that wait on it only burn rollout time.
 
     ## Arguments
     - `split`: "train" or "heldout" (never trained on).
@@ -84,6 +87,7 @@ class PythonToolEnv(ToolEnv):
     - `tasks`: a dataset or list of task dicts used instead of the shipped ones.
     - `sandbox_config`: a `sandbox.SandboxConfig`; default bubblewrap, 10 s, 512 MB per call.
     - `max_turns` (8), `max_tokens` (None), `count_tokens`, `max_call_chars`.
+    - `end_on_timeout` (True): end the episode when a call hits the sandbox's time limit.
 
     ## Examples
     >>> import gymnasium, envs
@@ -106,8 +110,10 @@ class PythonToolEnv(ToolEnv):
         count_tokens: Callable[[str], int] = approximate_token_count,
         max_call_chars: int = DEFAULT_MAX_CALL_CHARS,
         render_mode: str | None = None,
+        end_on_timeout: bool = True,
     ):
         self.sandbox_config = sandbox_config
+        self.end_on_timeout = end_on_timeout
         self._session: Any = None
         self._pool: Any = None
         dataset = tasks if tasks is not None else load_tasks(split=split, categories=categories)
@@ -139,7 +145,10 @@ class PythonToolEnv(ToolEnv):
             session = self._episode_session()
         except SandboxUnavailableError as error:
             return f"Error: the Python sandbox is unavailable here ({error})"
-        return format_exec_result(session.run(code))
+        result = session.run(code)
+        if result.timed_out and self.end_on_timeout:
+            self.stop_episode("sandbox_timeout")
+        return format_exec_result(result)
 
     def _episode_session(self) -> Any:
         if self._session is None:

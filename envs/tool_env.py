@@ -96,7 +96,8 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
     ## Episode End
     - Termination: the model gave its final answer.
     - Truncation: `max_turns` assistant turns, or `max_tokens` tokens counted by
-      `count_tokens` over the whole conversation, without a final answer.
+      `count_tokens` over the whole conversation, without a final answer; or a tool called
+      `stop_episode(reason)`. `info["end_reason"]` says which.
 
     ## Arguments
     - `dataset`: a `datasets.Dataset` or a list of dicts with at least `prompt` and `answer`.
@@ -160,6 +161,7 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
         self.turn = 0
         self.tokens_used = 0
         self.running = False
+        self._stop_reason: str | None = None
         self._index_by_id: dict[str, int] | None = None
 
     def reset(
@@ -169,6 +171,7 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
         self.end_episode()
         self.task = self._choose_task((options or {}).get("task"))
         self.turn = 0
+        self._stop_reason = None
         self.running = True
         messages = [
             {"role": "system", "content": self.system_prompt},
@@ -200,6 +203,8 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
         if final_answer is not None:
             verdict = self._verify(final_answer)
             end_reason = "answer"
+        elif self._stop_reason is not None:
+            end_reason = self._stop_reason
         elif self.turn >= self.max_turns:
             end_reason = "max_turns"
         elif self.max_tokens is not None and self.tokens_used >= self.max_tokens:
@@ -261,6 +266,12 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
     def close(self) -> None:
         self.end_episode()
         super().close()
+
+    def stop_episode(self, reason: str) -> None:
+        """Let a tool end the episode after the current turn: truncated, reward 0, and
+        `info["end_reason"] = reason`. For faults that make going on pointless, such as a
+        sandbox that hung until it was killed."""
+        self._stop_reason = reason
 
     def end_episode(self) -> None:
         """Release per-episode resources; called by `reset` and `close`. Subclasses extend it."""

@@ -162,6 +162,26 @@ def test_token_budget_truncates_the_episode(sandbox_available):
     assert record.turns < 50
 
 
+@pytest.mark.parametrize("end_on_timeout", [True, False])
+def test_hung_python_call_is_killed_and_ends_the_episode_unless_asked_not_to(
+    sandbox_available, end_on_timeout
+):
+    from sandbox import SandboxConfig
+
+    env = gymnasium.make("agent_rl/PythonTool-v0", end_on_timeout=end_on_timeout,
+                         sandbox_config=SandboxConfig(timeout_s=1.0))
+    try:
+        env.reset(options={"task": ADD_TASK})
+        observation, reward, terminated, truncated, info = env.step(python("while True: pass"))
+        assert "time limit" in observation[0]["content"] and (reward, terminated) == (0.0, False)
+        assert truncated == end_on_timeout
+        assert info["end_reason"] == ("sandbox_timeout" if end_on_timeout else None)
+        if not end_on_timeout:
+            assert env.step(answer("42"))[1] == 1.0
+    finally:
+        env.close()
+
+
 def test_python_state_persists_within_an_episode_and_not_across(python_env):
     record = run_episode(python_env, ScriptedPolicy([python("x = 20"), python("x + 22"),
                                                      answer("42")]), task=ADD_TASK)

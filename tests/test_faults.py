@@ -82,14 +82,15 @@ def _faulty_env(**faults: int) -> gymnasium.Env:
     return env
 
 
-def test_hung_sandbox_call_is_killed_at_its_limit_and_reported_to_the_model() -> None:
+def test_hung_sandbox_call_is_killed_at_its_limit_and_ends_the_episode() -> None:
     env = _faulty_env(sandbox_hang_every=1)
     try:
         start = time.perf_counter()
         messages, reward, terminated, truncated, info = env.step("anything")
         assert time.perf_counter() - start < SANDBOX_TIMEOUT_S + 10
         assert "time limit" in messages[0]["content"] or "ran longer" in messages[0]["content"]
-        assert (reward, terminated, truncated) == (0.0, False, False)
+        assert (reward, terminated, truncated) == (0.0, False, True)
+        assert info["end_reason"] == "sandbox_timeout"
         assert [fault["kind"] for fault in info["injected_faults"]] == [SANDBOX_HANG]
     finally:
         env.close()
