@@ -92,6 +92,10 @@ class FaultConfig(StrictModel):
     weight_broadcast_delay_s: float = Field(
         0.0, ge=0, description="hold every weight broadcast this long before sending it"
     )
+    delay_broadcast_at_updates: list[int] = Field(
+        default_factory=list,
+        description="hold the weight broadcast of the update after these for random_delay_s",
+    )
     fill_queue_at_updates: list[int] = Field(
         default_factory=list,
         description="before the update after these, hold the learner until the queue is full",
@@ -113,7 +117,9 @@ class FaultConfig(StrictModel):
         default_factory=lambda: [KILL_ACTOR, DELAY_BROADCAST, FILL_QUEUE],
         description=f"the driver faults random injection picks from ({', '.join(DRIVER_FAULTS)})",
     )
-    random_delay_s: float = Field(5.0, ge=0, description="a random broadcast delay lasts this long")
+    random_delay_s: float = Field(
+        5.0, ge=0, description="a broadcast delay injected at an update or at random lasts this long"
+    )
     seed: int = Field(0, description="seed of random fault choice")
 
     @property
@@ -154,6 +160,8 @@ class FaultInjector:
             due.add(KILL_LEARNER)
         if version in config.fill_queue_at_updates:
             due.add(FILL_QUEUE)
+        if version in config.delay_broadcast_at_updates:
+            due.add(DELAY_BROADCAST)
         if config.random_every_s and config.random_faults and self.clock() >= self._next_random:
             self._next_random = self.clock() + config.random_every_s
             due.add(self.rng.choice(config.random_faults))

@@ -302,6 +302,7 @@ class Pipeline:
         self.pending_updates: dict[Any, tuple[int, int]] = {}  # ref -> (actor, version)
         self.restoring: dict[Any, tuple[int, int]] = {}  # ref -> (restarted actor, version)
         self.acked = [0] * len(self.actors)
+        self.sent = [0] * len(self.actors)  # the newest weight version sent to each actor
         self.restarts = [0] * len(self.actors)
         self.killed_on_purpose: set[int] = set()
         self.weights_ref: Any = None
@@ -515,6 +516,7 @@ class Pipeline:
         else:
             ref = handle.update_weights.remote(version, self.weights_ref, version)
         self.restoring[ref] = (actor, version)
+        self.sent[actor] = version
 
     def _finish_restore(self, ref: Any) -> None:
         from agent_rl.weight_sync import WeightVersionError
@@ -640,9 +642,10 @@ class Pipeline:
         version = self.learner.version
         self.weights_ref = publish_weights(self.learner.rollout_state_dict())
         delay = self.faults.broadcast_delay_s()
+        if self.delayed_broadcast is not None:  # superseded: the newer weights go instead
+            self.delayed_broadcast = None
+            self.faults.recovered[DELAY_BROADCAST] += 1
         if delay > 0:
-            if self.delayed_broadcast is not None:  # superseded: the newer weights go instead
-                self.faults.recovered[DELAY_BROADCAST] += 1
             self.faults.injected[DELAY_BROADCAST] += 1
             self.delayed_broadcast = (time.monotonic() + delay, version, self.weights_ref)
             return
@@ -650,10 +653,11 @@ class Pipeline:
 
     def _send_weights(self, version: int, weights_ref: Any) -> None:
         for index, actor in enumerate(self.actors):
-            if self.acked[index] == RESTORING:
-                continue  # its restore carries the newest weights
+            if self.acked[index] == RESTORING or self.sent[index] >= version:
+                continue  # a restore carries the newest weights; never send an actor older ones
             ref = actor.update_weights.remote(version, weights_ref, version)
             self.pending_updates[ref] = (index, version)
+            self.sent[index] = version
 
     def _broadcast_is_due(self) -> bool:
         return self.delayed_broadcast is not None and time.monotonic() >= self.delayed_broadcast[0]

@@ -211,7 +211,10 @@ def faulty_run(local_ray, tmp_path_factory):
         faults=FaultConfig(
             kill_actor_at_updates=[1],
             fill_queue_at_updates=[2],
-            weight_broadcast_delay_s=1.0,
+            # Held past the next update, whose broadcast goes out at once and must supersede it:
+            # the older weights arriving last once crashed a 20-minute soak.
+            delay_broadcast_at_updates=[1],
+            random_delay_s=8.0,
             env_raise_every=7,
             sandbox_hang_every=5,
             sandbox_kill_every=4,
