@@ -3,27 +3,14 @@ forcing bit for bit, and agreement with float64 reference math."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+from kernel_cases import decode_differs_from_teacher_forcing, paged_cache, qkv, rows_invariant
 
 from kernels import cpu_ops, ops, reference
 
 DTYPES = [torch.float32, torch.bfloat16]
 BATCH_SIZES = [*range(1, 34), 47, 64, 100, 128, 255, 300]
-
-
-def _rows_invariant(fn, rows: torch.Tensor, seed: int = 0) -> list[int]:
-    """Batch sizes at which some row's result differed from the full batch's (random subsets)."""
-    generator = torch.Generator().manual_seed(seed)
-    full = fn(rows)
-    bad = []
-    for m in BATCH_SIZES:
-        pick = torch.randperm(rows.shape[0], generator=generator)[:m]
-        if not torch.equal(fn(rows[pick]), full[pick]):
-            bad.append(m)
-    return bad
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -32,7 +19,7 @@ def test_linear_rows_are_batch_invariant(dtype: torch.dtype, k: int, n: int) -> 
     torch.manual_seed(0)
     weight = torch.randn(n, k).to(dtype)
     rows = torch.randn(300, k).to(dtype)
-    assert _rows_invariant(lambda x: ops.linear(x, weight), rows) == []
+    assert rows_invariant(lambda x: ops.linear(x, weight), rows, BATCH_SIZES) == []
 
 
 def test_linear_is_invariant_across_thread_counts() -> None:
@@ -59,9 +46,9 @@ def test_elementwise_ops_are_batch_invariant(dtype: torch.dtype) -> None:
     up = torch.randn(300, 192).to(dtype)
     cos, sin = cpu_ops.rotary_tables(32, 4096, 10000.0)
     positions = torch.randint(0, 4096, (300,))
-    assert _rows_invariant(lambda x: ops.rms_norm(x, weight, 1e-5), rows) == []
+    assert rows_invariant(lambda x: ops.rms_norm(x, weight, 1e-5), rows, BATCH_SIZES) == []
     combined = torch.stack((rows, up), dim=1)
-    assert _rows_invariant(lambda x: ops.silu_and_mul(x[:, 0], x[:, 1]), combined) == []
+    assert rows_invariant(lambda x: ops.silu_and_mul(x[:, 0], x[:, 1]), combined, BATCH_SIZES) == []
     heads = rows.view(300, 6, 32)
     packed = torch.cat((heads.flatten(1).float(), positions[:, None].float()), dim=1)
 
@@ -69,14 +56,14 @@ def test_elementwise_ops_are_batch_invariant(dtype: torch.dtype) -> None:
         pos = x[:, -1].long()
         return ops.rotary(x[:, :-1].view(-1, 6, 32).to(dtype), cos[pos], sin[pos])
 
-    assert _rows_invariant(rotate, packed) == []
+    assert rows_invariant(rotate, packed, BATCH_SIZES) == []
 
 
 def test_lm_head_logprobs_are_batch_invariant() -> None:
     torch.manual_seed(3)
     weight = torch.randn(4096, 64).to(torch.bfloat16)
     rows = torch.randn(300, 64).to(torch.bfloat16)
-    assert _rows_invariant(lambda x: ops.lm_head_logprobs(x, weight), rows) == []
+    assert rows_invariant(lambda x: ops.lm_head_logprobs(x, weight), rows, BATCH_SIZES) == []
 
 
 def test_exp_matches_float64_within_fp32_rounding() -> None:
@@ -108,17 +95,9 @@ def test_ops_match_float64_reference(dtype: torch.dtype) -> None:
           lambda a: reference.rotary(a, cos[:37].double(), sin[:37].double()), heads)
 
 
-def _qkv(length: int, heads: int = 4, kv_heads: int = 2, dim: int = 32, seed: int = 5):
-    generator = torch.Generator().manual_seed(seed)
-    q = torch.randn(length, heads, dim, generator=generator)
-    k = torch.randn(length, kv_heads, dim, generator=generator)
-    v = torch.randn(length, kv_heads, dim, generator=generator)
-    return q, k, v
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_matches_float64_reference(dtype: torch.dtype) -> None:
-    q, k, v = _qkv(150)
+    q, k, v = qkv(150)
     scale = 32 ** -0.5
     got = ops.attention(q.to(dtype), k.to(dtype), v.to(dtype), scale).double()
     want = reference.attention(q.double(), k.double(), v.double(), scale)
@@ -127,37 +106,17 @@ def test_attention_matches_float64_reference(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_decode_matches_teacher_forcing_bitwise(dtype: torch.dtype) -> None:
-    q, k, v = (t.to(dtype) for t in _qkv(200))
-    full = ops.attention(q, k, v, 0.2)
-    for position in [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 150, 199]:
-        step = ops.attention(q[: position + 1], k[: position + 1], v[: position + 1], 0.2)
-        assert torch.equal(step[position], full[position]), position
-
-
-def _paged_cache(keys: list[torch.Tensor], values: list[torch.Tensor], block_size: int,
-                 seed: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scatter each sequence's K/V over randomly chosen cache blocks; return cache, block table."""
-    kv_heads, dim = keys[0].shape[1:]
-    blocks_per_seq = [math.ceil(k.shape[0] / block_size) for k in keys]
-    total = sum(blocks_per_seq) + 3
-    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
-    cache = torch.full((total, 2, kv_heads, block_size, dim), 7.0, dtype=keys[0].dtype)
-    table = torch.zeros(len(keys), max(blocks_per_seq), dtype=torch.int32)
-    for seq, (k, v) in enumerate(zip(keys, values, strict=True)):
-        table[seq, : blocks_per_seq[seq]] = torch.tensor(
-            [order.pop() for _ in range(blocks_per_seq[seq])], dtype=torch.int32)
-        slots = (table[seq].long()[torch.arange(k.shape[0]) // block_size] * block_size
-                 + torch.arange(k.shape[0]) % block_size)
-        cpu_ops.write_paged_kv(cache, k, v, slots)
-    return cache, table
+    q, k, v = (t.to(dtype) for t in qkv(200))
+    positions = [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 150, 199]
+    assert decode_differs_from_teacher_forcing(ops.attention, q, k, v, positions) == []
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_paged_attention_mixed_batch_matches_contiguous_bitwise(dtype: torch.dtype) -> None:
     """A step mixing a prefill chunk and decode tokens of other sequences, over a paged cache."""
     lengths, new_tokens = [5, 130, 64, 33, 1], [5, 1, 20, 1, 1]
-    seqs = [tuple(t.to(dtype) for t in _qkv(n, seed=n)) for n in lengths]
-    cache, table = _paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size=32)
+    seqs = [tuple(t.to(dtype) for t in qkv(n, seed=n)) for n in lengths]
+    cache, table = paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size=32)
     q = torch.cat([s[0][-n:] for s, n in zip(seqs, new_tokens, strict=True)])
     positions = torch.cat([torch.arange(length - n, length)
                            for length, n in zip(lengths, new_tokens, strict=True)])

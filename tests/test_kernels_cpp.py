@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from kernel_cases import decode_differs_from_teacher_forcing, paged_cache, qkv, rows_invariant
 
 from kernels import cpp_ops, cpu_ops, ops, reference
 
@@ -20,18 +21,6 @@ def compiled() -> None:
     """Builds the extension once (cached on disk); skips, saying why, where it cannot be built."""
     if not cpp_ops.available():
         pytest.skip(f"compiled matched kernels unavailable: {cpp_ops.unavailable_reason()}")
-
-
-def _rows_invariant(fn, rows: torch.Tensor, seed: int = 0) -> list[int]:
-    """Batch sizes at which some row differed from the full batch's result (random subsets)."""
-    generator = torch.Generator().manual_seed(seed)
-    full = fn(rows)
-    bad = []
-    for m in BATCH_SIZES:
-        pick = torch.randperm(rows.shape[0], generator=generator)[:m]
-        if not torch.equal(fn(rows[pick]), full[pick]):
-            bad.append(m)
-    return bad
 
 
 def _with_threads(threads: int, fn):
@@ -53,7 +42,7 @@ def test_compiled_linear_rows_are_batch_invariant(dtype: torch.dtype, k: int, n:
     torch.manual_seed(0)
     weight = torch.randn(n, k).to(dtype)
     rows = torch.randn(200, k).to(dtype)
-    assert _rows_invariant(lambda x: cpp_ops.linear(x, weight), rows) == []
+    assert rows_invariant(lambda x: cpp_ops.linear(x, weight), rows, BATCH_SIZES) == []
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -62,15 +51,15 @@ def test_compiled_norm_and_activation_are_batch_invariant(dtype: torch.dtype) ->
     weight = torch.randn(100).to(dtype)
     rows = (torch.randn(200, 100) * 4).to(dtype)
     up = torch.randn(200, 100).to(dtype)
-    assert _rows_invariant(lambda x: cpp_ops.rms_norm(x, weight, 1e-5), rows) == []
+    assert rows_invariant(lambda x: cpp_ops.rms_norm(x, weight, 1e-5), rows, BATCH_SIZES) == []
     combined = torch.stack((rows, up), dim=1)
-    assert _rows_invariant(lambda x: cpp_ops.silu_and_mul(x[:, 0], x[:, 1]), combined) == []
+    assert rows_invariant(lambda x: cpp_ops.silu_and_mul(x[:, 0], x[:, 1]), combined, BATCH_SIZES) == []
 
 
 def test_compiled_ops_are_invariant_across_thread_counts() -> None:
     torch.manual_seed(2)
     weight, rows, norm = torch.randn(200, 96), torch.randn(150, 96), torch.randn(96)
-    q, k, v = _qkv(300)
+    q, k, v = qkv(300, heads=6)
 
     def run() -> list[torch.Tensor]:
         return [cpp_ops.linear(rows, weight), cpp_ops.linear(rows[9:10], weight),
@@ -93,8 +82,8 @@ def test_compiled_lm_head_widens_a_bf16_weight_exactly() -> None:
     hidden = torch.randn(20, 64).to(torch.bfloat16)
     assert torch.equal(cpp_ops.lm_head_logits(hidden, weight),
                        cpp_ops.lm_head_logits(hidden, weight.float()))
-    assert _rows_invariant(lambda x: ops.lm_head_logprobs(x, weight),
-                           torch.randn(200, 64).to(torch.bfloat16)) == []
+    assert rows_invariant(lambda x: ops.lm_head_logprobs(x, weight),
+                          torch.randn(200, 64).to(torch.bfloat16), BATCH_SIZES) == []
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -115,18 +104,10 @@ def test_compiled_ops_match_float64_reference(dtype: torch.dtype) -> None:
     check(cpp_ops.silu_and_mul, reference.silu_and_mul, gate, up)
 
 
-def _qkv(length: int, heads: int = 6, kv_heads: int = 2, dim: int = 32, seed: int = 5):
-    generator = torch.Generator().manual_seed(seed)
-    q = torch.randn(length, heads, dim, generator=generator)
-    k = torch.randn(length, kv_heads, dim, generator=generator)
-    v = torch.randn(length, kv_heads, dim, generator=generator)
-    return q, k, v
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim", [32, 40])
 def test_compiled_attention_matches_float64_reference(dtype: torch.dtype, dim: int) -> None:
-    q, k, v = _qkv(300, dim=dim)
+    q, k, v = qkv(300, heads=6, dim=dim)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     got = cpp_ops.attention(q, k, v, dim ** -0.5).double()
     want = reference.attention(q.double(), k.double(), v.double(), dim ** -0.5)
@@ -136,29 +117,9 @@ def test_compiled_attention_matches_float64_reference(dtype: torch.dtype, dim: i
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim", [32, 40])
 def test_compiled_decode_matches_teacher_forcing_bitwise(dtype: torch.dtype, dim: int) -> None:
-    q, k, v = (t.to(dtype) for t in _qkv(200, dim=dim))
-    full = cpp_ops.attention(q, k, v, 0.2)
-    for position in [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 150, 199]:
-        step = cpp_ops.attention(q[: position + 1], k[: position + 1], v[: position + 1], 0.2)
-        assert torch.equal(step[position], full[position]), position
-
-
-def _paged_cache(keys: list[torch.Tensor], values: list[torch.Tensor], block_size: int,
-                 seed: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scatter each sequence's K/V over random cache blocks; unused slots hold NaN."""
-    kv_heads, dim = keys[0].shape[1:]
-    blocks_per_seq = [math.ceil(k.shape[0] / block_size) for k in keys]
-    total = sum(blocks_per_seq) + 3
-    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
-    cache = torch.full((total, 2, kv_heads, block_size, dim), math.nan, dtype=keys[0].dtype)
-    table = torch.full((len(keys), max(blocks_per_seq) + 2), 10**6, dtype=torch.int32)
-    for seq, (k, v) in enumerate(zip(keys, values, strict=True)):
-        table[seq, : blocks_per_seq[seq]] = torch.tensor(
-            [order.pop() for _ in range(blocks_per_seq[seq])], dtype=torch.int32)
-        slots = (table[seq].long()[torch.arange(k.shape[0]) // block_size] * block_size
-                 + torch.arange(k.shape[0]) % block_size)
-        cpu_ops.write_paged_kv(cache, k, v, slots)
-    return cache, table
+    q, k, v = (t.to(dtype) for t in qkv(200, heads=6, dim=dim))
+    positions = [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 150, 199]
+    assert decode_differs_from_teacher_forcing(cpp_ops.attention, q, k, v, positions) == []
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -168,8 +129,9 @@ def test_compiled_paged_attention_matches_contiguous_bitwise(dtype: torch.dtype,
     """Prefill chunks and decode tokens of several sequences in one step, over a paged cache
     whose unused slots and table entries are garbage (NaN, out-of-range block ids)."""
     lengths, new_tokens = [5, 130, 64, 33, 1, 90], [5, 1, 20, 1, 1, 37]
-    seqs = [tuple(t.to(dtype) for t in _qkv(n, seed=n)) for n in lengths]
-    cache, table = _paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size)
+    seqs = [tuple(t.to(dtype) for t in qkv(n, heads=6, seed=n)) for n in lengths]
+    cache, table = paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size,
+                               fill=math.nan, spare_columns=2)
     q = torch.cat([s[0][-n:] for s, n in zip(seqs, new_tokens, strict=True)])
     positions = torch.cat([torch.arange(length - n, length)
                            for length, n in zip(lengths, new_tokens, strict=True)])

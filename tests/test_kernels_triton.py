@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from kernel_cases import decode_differs_from_teacher_forcing, paged_cache, qkv, rows_invariant
 
 from kernels import cpu_ops, reference
 
@@ -46,19 +47,6 @@ def _property(fn: Callable[..., None]) -> Callable[..., None]:
     else:
         PROPERTIES[fn.__name__] = fn
     return fn
-
-
-def _rows_invariant(fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor,
-                    sizes: list[int] = BATCH_SIZES, seed: int = 0) -> list[int]:
-    """Batch sizes at which some row differed from the full batch (random subsets and orders)."""
-    generator = torch.Generator().manual_seed(seed)
-    full = fn(rows)
-    bad = []
-    for m in sizes:
-        pick = torch.randperm(rows.shape[0], generator=generator)[:m].to(rows.device)
-        if not torch.equal(fn(rows[pick]), full[pick]):
-            bad.append(m)
-    return bad
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -89,9 +77,9 @@ def linear_rows_are_batch_invariant(device: str, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     weight = torch.randn(80, 96).to(device, dtype)
     rows = torch.randn(130, 96).to(device, dtype)
-    assert _rows_invariant(lambda x: triton_ops.linear(x, weight), rows) == []
+    assert rows_invariant(lambda x: triton_ops.linear(x, weight), rows, BATCH_SIZES) == []
     head = torch.randn(300, 96).to(device, dtype)
-    assert _rows_invariant(lambda x: triton_ops.lm_head_logits(x, head), rows) == []
+    assert rows_invariant(lambda x: triton_ops.lm_head_logits(x, head), rows, BATCH_SIZES) == []
 
 
 @_property
@@ -128,9 +116,9 @@ def elementwise_ops_are_batch_invariant(device: str, dtype: torch.dtype) -> None
     rows = (torch.randn(40, 192) * 4).to(device, dtype)
     up = torch.randn(40, 192).to(device, dtype)
     sizes = ROW_KERNEL_BATCH_SIZES
-    assert _rows_invariant(lambda x: triton_ops.rms_norm(x, weight, 1e-5), rows, sizes) == []
+    assert rows_invariant(lambda x: triton_ops.rms_norm(x, weight, 1e-5), rows, sizes) == []
     combined = torch.stack((rows, up), dim=1)
-    assert _rows_invariant(lambda x: triton_ops.silu_and_mul(x[:, 0], x[:, 1]), combined,
+    assert rows_invariant(lambda x: triton_ops.silu_and_mul(x[:, 0], x[:, 1]), combined,
                            sizes) == []
     packed = torch.cat((rows.float(), positions[:, None].float()), dim=1)
 
@@ -138,7 +126,7 @@ def elementwise_ops_are_batch_invariant(device: str, dtype: torch.dtype) -> None
         pos = x[:, -1].long()
         return triton_ops.rotary(x[:, :-1].reshape(-1, 6, 32).to(dtype), cos[pos], sin[pos])
 
-    assert _rows_invariant(rotate, packed, sizes) == []
+    assert rows_invariant(rotate, packed, sizes) == []
 
 
 @_property
@@ -152,16 +140,8 @@ def log_softmax_matches_reference_and_is_batch_invariant(device: str) -> None:
     want = logits.double().log_softmax(dim=-1)
     assert torch.equal(got[0, :100].cpu(), want[0, :100].float())
     assert (got[:, 100:].double().cpu() - want[:, 100:]).abs().max().item() < 1e-5
-    assert _rows_invariant(triton_ops.log_softmax, logits.to(device),
+    assert rows_invariant(triton_ops.log_softmax, logits.to(device),
                            ROW_KERNEL_BATCH_SIZES) == []
-
-
-def _qkv(length: int, heads: int = 4, kv_heads: int = 2, dim: int = 32, seed: int = 5):
-    generator = torch.Generator().manual_seed(seed)
-    q = torch.randn(length, heads, dim, generator=generator)
-    k = torch.randn(length, kv_heads, dim, generator=generator)
-    v = torch.randn(length, kv_heads, dim, generator=generator)
-    return q, k, v
 
 
 @_property
@@ -169,7 +149,7 @@ def attention_matches_float64_reference(device: str, dtype: torch.dtype) -> None
     from kernels import triton_ops
 
     for heads, kv_heads in [(4, 2), (6, 2)]:  # head groups of 2 and of 3 (rows padded to 64)
-        q, k, v = (t.to(dtype) for t in _qkv(150, heads, kv_heads))
+        q, k, v = (t.to(dtype) for t in qkv(150, heads, kv_heads))
         scale = 32 ** -0.5
         want = reference.attention(q.double(), k.double(), v.double(), scale)
         got = triton_ops.attention(q.to(device), k.to(device), v.to(device), scale)
@@ -181,30 +161,8 @@ def attention_matches_float64_reference(device: str, dtype: torch.dtype) -> None
 def decode_matches_teacher_forcing_bitwise(device: str, dtype: torch.dtype) -> None:
     from kernels import triton_ops
 
-    q, k, v = (t.to(device, dtype) for t in _qkv(150))
-    full = triton_ops.attention(q, k, v, 0.2)
-    for position in [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 149]:
-        end = position + 1
-        step = triton_ops.attention(q[:end], k[:end], v[:end], 0.2)
-        assert torch.equal(step[position], full[position]), position
-
-
-def _paged_cache(keys: list[torch.Tensor], values: list[torch.Tensor], block_size: int,
-                 seed: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scatter each sequence's K/V over randomly chosen cache blocks; return cache, block table."""
-    kv_heads, dim = keys[0].shape[1:]
-    blocks_per_seq = [math.ceil(k.shape[0] / block_size) for k in keys]
-    total = sum(blocks_per_seq) + 3
-    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
-    cache = torch.full((total, 2, kv_heads, block_size, dim), 7.0, dtype=keys[0].dtype)
-    table = torch.zeros(len(keys), max(blocks_per_seq), dtype=torch.int32)
-    for seq, (k, v) in enumerate(zip(keys, values, strict=True)):
-        table[seq, : blocks_per_seq[seq]] = torch.tensor(
-            [order.pop() for _ in range(blocks_per_seq[seq])], dtype=torch.int32)
-        slots = (table[seq].long()[torch.arange(k.shape[0]) // block_size] * block_size
-                 + torch.arange(k.shape[0]) % block_size)
-        cpu_ops.write_paged_kv(cache, k, v, slots)
-    return cache, table
+    q, k, v = (t.to(device, dtype) for t in qkv(150))
+    assert decode_differs_from_teacher_forcing(triton_ops.attention, q, k, v) == []
 
 
 @_property
@@ -218,8 +176,8 @@ def paged_attention_mixed_batch_matches_contiguous_bitwise(device: str,
     from kernels import triton_ops
 
     lengths, new_tokens = [5, 130, 70, 33, 1], [5, 1, 20, 1, 1]
-    seqs = [tuple(t.to(dtype) for t in _qkv(n, seed=n)) for n in lengths]
-    cache, table = _paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size=32)
+    seqs = [tuple(t.to(dtype) for t in qkv(n, seed=n)) for n in lengths]
+    cache, table = paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size=32)
     q = torch.cat([s[0][-n:] for s, n in zip(seqs, new_tokens, strict=True)])
     positions = torch.cat([torch.arange(length - n, length)
                            for length, n in zip(lengths, new_tokens, strict=True)])
