@@ -179,8 +179,11 @@ def _print_saved_ledger(run_dir: Path) -> None:
     from agent_rl.ledger import LEDGER_FILE, read_ledger
 
     if (run_dir / LEDGER_FILE).exists():
-        counts = read_ledger(run_dir)["counts"]
-        console.print(f"ledger at exit (saved in {run_dir / LEDGER_FILE}): {counts}")
+        ledger = read_ledger(run_dir)
+        waiting = len(ledger["queued"]) + len(ledger["in_flight"]) + len(ledger["to_rerun"])
+        console.print(f"ledger at exit (saved in {run_dir / LEDGER_FILE}): {ledger['counts']}, "
+                      f"{waiting} group(s) queued, in flight or to re-run; "
+                      "running the same command again resumes from the last checkpoint")
 
 
 @app.command("soak")
@@ -255,3 +258,7 @@ def main() -> None:
             raise
         Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {err}", highlight=False)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

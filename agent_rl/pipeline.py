@@ -199,9 +199,7 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
         context_budget=config.max_model_len,
         max_tokens_per_turn=config.max_new_tokens,
         temperature=config.temperature,
-        # Per-request seeds crash vLLM 0.32's CPU runner once a seeded request's prefill is
-        # chunked ("CPU Generator does not use offset"); the engine seed still applies.
-        seed=None,
+        seed=config.seed,
         max_lag=config.effective_max_lag,
         env_id=config.env,
         env_kwargs=env_kwargs,
@@ -399,7 +397,9 @@ class Pipeline:
                 else:
                     task_index = self.state.next_task_index
                     self.state.next_task_index += 1
-                ref = actor.generate_group.remote(self.tasks[task_index], self.config.group_size)
+                ref = actor.generate_group.remote(
+                    self.tasks[task_index], self.config.group_size, task_index
+                )
                 self.in_flight[ref] = InFlight(task_index, actor_index, self.acked[actor_index])
         self.untrained_peak = max(self.untrained_peak, len(self.queue) + len(self.in_flight))
 

@@ -205,16 +205,23 @@ class RolloutActor:
         return timing
 
     async def generate_group(
-        self, task: dict[str, Any] | None, group_size: int | None = None
+        self, task: dict[str, Any] | None, group_size: int | None = None,
+        group_seed: int | None = None,
     ) -> Group:
-        """Sample `group_size` episodes of one task concurrently; waits while the lag rule says so."""
+        """Sample `group_size` episodes of one task concurrently; waits while the lag rule says so.
+
+        `group_seed` names the group's random stream (with a seeded config): the trainer passes
+        the task position, so a resumed run, whose actors count groups from 0 again, samples a
+        position exactly as the unbroken run did. Default: this actor's group counter.
+        """
         await self.start()
         await self._wait_until_lag_allows()
         size = group_size or self.config.group_size
         serial = next(self._group_serial)
         group_id = f"{self.name}-g{serial}-{uuid.uuid4().hex[:6]}"
+        stream = serial if group_seed is None else group_seed
         episodes = [
-            self._run_episode(task, group_id, self._episode_seed(serial, index))
+            self._run_episode(task, group_id, self._episode_seed(stream, index))
             for index in range(size)
         ]
         trajectories = list(await asyncio.gather(*episodes))

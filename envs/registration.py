@@ -11,5 +11,11 @@ __all__ = ["ENV_IDS"]
 register(id="agent_rl/PythonTool-v0", entry_point="envs.python_tool:PythonToolEnv")
 register(id="agent_rl/Desktop-v0", entry_point="envs.desktop:DesktopEnv")
 register(id="agent_rl/WordCount-v0", entry_point="envs.examples.word_count_env:load_environment")
+register(id="agent_rl/Parity-v0", entry_point="envs.examples.parity_env:ParityEnv")
 
-ENV_IDS: tuple[str, ...] = ("agent_rl/PythonTool-v0", "agent_rl/Desktop-v0", "agent_rl/WordCount-v0")
+ENV_IDS: tuple[str, ...] = (
+    "agent_rl/PythonTool-v0",
+    "agent_rl/Desktop-v0",
+    "agent_rl/WordCount-v0",
+    "agent_rl/Parity-v0",
+)

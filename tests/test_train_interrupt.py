@@ -1,0 +1,45 @@
+"""Ctrl-C on `agent-rl train`: the run stops, prints its ledger, and saves it with every group
+accounted for (trained, dropped, or waiting to be resumed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+START_TIMEOUT_S = 600  # Ray and a vLLM engine start slowly on 2 loaded cores
+
+
+@pytest.mark.slow
+def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
+    out_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "agent_rl.cli", "train", "configs/smoke.yaml",
+               "--set", f"out_dir={out_dir}", "--set", "num_updates=1000"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "COLUMNS": "200"})
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        metrics = out_dir / "metrics.jsonl"
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+            assert process.poll() is None, process.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "no update within the start timeout"
+            time.sleep(1)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0
+    assert "ledger at exit" in output, output[-3000:]
+    ledger = json.loads((out_dir / "ledger.json").read_text())
+    assert ledger["status"].startswith("interrupted: KeyboardInterrupt")
+    waiting = set(ledger["queued"]) | set(ledger["in_flight"]) | set(ledger["to_rerun"])
+    accounted = set(ledger["trained"]) | set(ledger["dropped"]) | waiting
+    assert set(ledger["generated"]) <= accounted
+    assert len(ledger["trained"]) == len(set(ledger["trained"])) >= 2
