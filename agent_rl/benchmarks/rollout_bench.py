@@ -77,6 +77,7 @@ async def _measure(
         max_model_len=1024,
         max_num_seqs=max(concurrency),
         kv_cache_gib=2.0,
+        cpu_cores="all",  # `generate` gets every core too
     )
     rollout_config = RolloutConfig(
         max_tokens_per_turn=max_tokens, min_tokens_per_turn=max_tokens, seed=0
