@@ -107,11 +107,7 @@ class MatchedPolicy:
                 f"({err}); set matched_kernels: false to train with plain transformers"
             ) from err
         self.module = MatchedLlama.from_pretrained(model_dir, dtype=getattr(torch, dtype))
-        if checkpointing:
-            raise LearnerError(
-                "kernels.llama.MatchedLlama has no activation checkpointing yet; set "
-                "activation_checkpointing: false, or matched_kernels: false for long sequences"
-            )
+        self.module.activation_checkpointing = checkpointing
         if temperature != 1.0:
             raise LearnerError(
                 f"temperature {temperature} with matched kernels: MatchedLlama.token_logprobs "

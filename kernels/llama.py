@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from kernels import cpu_ops, ops
 
@@ -150,6 +151,10 @@ class MatchedLlama(nn.Module):
         # the learner would rotate with other values than the rollout.
         self.rope_tables = cpu_ops.rotary_tables(
             config.head_dim, config.max_positions, config.rope_theta)
+        # Recompute each block's activations in the backward instead of keeping them: long
+        # (16K) sequences fit in memory, and the ops are deterministic, so the gradients keep
+        # their bits.
+        self.activation_checkpointing = False
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: torch.dtype | str = torch.float32
@@ -201,8 +206,12 @@ class MatchedLlama(nn.Module):
         if self.rope_tables[0].device != positions.device:
             self.rope_tables = tuple(t.to(positions.device) for t in self.rope_tables)
         cos, sin = self.rope_tables[0][positions], self.rope_tables[1][positions]
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.layers:
-            x = block(x, cos, sin, attend)
+            if recompute:
+                x = checkpoint(block, x, cos, sin, attend, use_reentrant=False)
+            else:
+                x = block(x, cos, sin, attend)
         return self.norm(x)
 
     def _sequence_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:

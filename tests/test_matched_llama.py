@@ -71,6 +71,19 @@ def test_backward_matches_transformers_gradients(matched: MatchedLlama, tiny_mod
                           rtol=1e-3, atol=1e-5)
 
 
+def test_activation_checkpointing_keeps_the_gradients_bit_for_bit(tiny_model: Path,
+                                                                   token_ids: torch.Tensor) -> None:
+    grads = []
+    for recompute in (False, True):
+        model = MatchedLlama.from_pretrained(tiny_model, dtype=torch.float32).train()
+        model.activation_checkpointing = recompute
+        model.token_logprobs(torch.stack((token_ids[:60], token_ids[30:90]))).sum().backward()
+        grads.append({name: p.grad for name, p in model.named_parameters()})
+    plain, recomputed = grads
+    assert all(plain[name] is not None for name in plain)
+    assert [name for name in plain if not torch.equal(plain[name], recomputed[name])] == []
+
+
 def test_bfloat16_weights_load_and_stay_close(tiny_model: Path, matched: MatchedLlama,
                                               token_ids: torch.Tensor) -> None:
     half = MatchedLlama.from_pretrained(tiny_model, dtype="bfloat16")
