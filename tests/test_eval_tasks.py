@@ -105,11 +105,3 @@ def test_run_dirs_without_checkpoints_or_with_foreign_weight_names_are_refused(
     with pytest.raises(EvalError, match="names the base model"):
         _learner_weights(resolve_eval_model(run_dir))
 
-
-def test_sampling_seeds_are_kept_for_greedy_and_dropped_only_on_a_cpu_engine():
-    from agent_rl.evaluate import usable_sampling_seed
-
-    assert usable_sampling_seed(7, 0.0) == 7
-    assert usable_sampling_seed(None, 1.0) is None
-    expected = 7 if torch.cuda.is_available() else None
-    assert usable_sampling_seed(7, 1.0) == expected
