@@ -100,12 +100,20 @@ def build_engine(config: EngineConfig) -> Any:
     """
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    binding = {}
     if config.cpu_cores == "all" and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        # Read by the engine's worker process when it starts; a user's own binding wins.
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
+        # A user's own binding wins.
+        cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+        binding = {"VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     logger.info("starting vLLM engine for %s (%s)", config.model, config.dtype)
-    return AsyncLLM.from_engine_args(engine_args(config))
+    # The engine's processes read the binding when they start, which from_engine_args waits
+    # for; it is taken back afterwards so a later engine in this process gets its own.
+    os.environ.update(binding)
+    try:
+        return AsyncLLM.from_engine_args(engine_args(config))
+    finally:
+        for name in binding:
+            del os.environ[name]
 
 
 def engine_config_metadata(config: EngineConfig) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 For testing training pipelines with untrained models: the reward is 1 when the reply has an even
 number of characters, so a random-weight model's groups have reward variance and the learner
 takes real gradient steps (on tool tasks such a model never scores, every group is flat, and the
-weights never move). The task row chosen by `options["task"]` only names the episode.
+weights never move). The task row chosen by `options["task"]` only names the episode, and the
+keyword arguments a trainer passes every env (`split`, `categories`, `max_turns`, ...) are
+accepted and ignored, so it drops into any run config as `env: agent_rl/Parity-v0`.
 """
 
 from __future__ import annotations
