@@ -88,6 +88,8 @@ class PythonToolEnv(ToolEnv):
     - `sandbox_config`: a `sandbox.SandboxConfig`; default bubblewrap, 10 s, 512 MB per call.
     - `max_turns` (8), `max_tokens` (None), `count_tokens`, `max_call_chars`.
     - `end_on_timeout` (True): end the episode when a call hits the sandbox's time limit.
+    - `plain_text_answers` (False): a turn without any tool call is the final answer (see
+      `ToolEnv`); small models that never learned the call format then still earn reward.
 
     ## Examples
     >>> import gymnasium, envs
@@ -111,6 +113,7 @@ class PythonToolEnv(ToolEnv):
         max_call_chars: int = DEFAULT_MAX_CALL_CHARS,
         render_mode: str | None = None,
         end_on_timeout: bool = True,
+        plain_text_answers: bool = False,
     ):
         self.sandbox_config = sandbox_config
         self.end_on_timeout = end_on_timeout
@@ -127,6 +130,7 @@ class PythonToolEnv(ToolEnv):
             count_tokens=count_tokens,
             max_call_chars=max_call_chars,
             render_mode=render_mode,
+            plain_text_answers=plain_text_answers,
         )
 
     def python(self, code: str) -> str:

@@ -73,7 +73,9 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
     and the task, then writes assistant turns. Each turn may call tools in the Hermes/Qwen
     format `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; the env runs them and
     answers with their results. The episode ends when the model calls the `answer` tool (or
-    writes `<answer>...</answer>`), or when the turn or token budget runs out.
+    writes `<answer>...</answer>`), or when the turn or token budget runs out. With
+    `plain_text_answers`, a turn that calls no tool at all is the final answer, as in the OpenAI
+    and `verifiers` agent loops: a model too weak to write the answer format still gets graded.
 
     ## Action Space
     `AssistantText`: one assistant turn as a string. The tool schemas in `info["tools"]` (OpenAI
@@ -109,6 +111,8 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
       `max_call_chars` (64 Ki characters per call), `max_calls_per_turn` (16; later calls are
       skipped with an error message) and `max_result_chars` (20,000; longer tool results are
       cut with a note).
+    - `plain_text_answers` (False): a turn with no tool call (and no malformed one) is the final
+      answer instead of getting feedback that asks for a call.
 
     ## Examples
     >>> env = ToolEnv([{"prompt": "What is 2 + 3?", "answer": "5"}], tools=[])
@@ -135,6 +139,7 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
         max_calls_per_turn: int = 16,
         max_result_chars: int = 20_000,
         render_mode: str | None = None,
+        plain_text_answers: bool = False,
     ):
         if len(dataset) == 0:
             raise ValueError("the dataset is empty; a ToolEnv needs at least one task")
@@ -155,6 +160,7 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
         self.max_calls_per_turn = max_calls_per_turn
         self.max_result_chars = max_result_chars
         self.render_mode = render_mode
+        self.plain_text_answers = plain_text_answers
         self.action_space = AssistantText(max_length=MAX_TURN_CHARS)
         self.observation_space = MessagesSpace()
         self.task: dict[str, Any] | None = None
@@ -195,6 +201,8 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
         self.turn += 1
         parsed = parse_tool_calls(action, self.tools, max_call_chars=self.max_call_chars)
         messages, calls_made, final_answer, tool_seconds = self._run_calls(parsed)
+        if final_answer is None and self.plain_text_answers and not parsed.calls:
+            messages, final_answer = [], action
         self.tokens_used += self.count_tokens(action if isinstance(action, str) else "")
         self.tokens_used += sum(self.count_tokens(message["content"]) for message in messages)
 

@@ -281,3 +281,28 @@ def test_calls_past_the_per_turn_limit_are_skipped_and_long_results_cut():
     assert observation[0]["content"] == "x" * 10 + "\n[output cut: 15 more characters]"
     assert "3 were skipped" in observation[2]["content"]
     assert len(info["tool_calls"]) == 2 and not terminated
+
+
+def test_plain_text_answers_end_the_episode_only_when_asked_for():
+    strict = ToolEnv([ADD_TASK], tools=[])
+    strict.reset(seed=0)
+    observation, reward, terminated, _, info = strict.step("The answer is 42.")
+    assert not terminated and reward == 0.0 and observation[0]["role"] == "user"
+
+    lenient = ToolEnv([ADD_TASK], tools=[], plain_text_answers=True)
+    lenient.reset(seed=0)
+    observation, reward, terminated, _, info = lenient.step("The answer is 42.")
+    assert terminated and reward == 1.0 and observation == []
+    assert info["end_reason"] == "answer" and info["answer"] == "The answer is 42."
+
+    lenient.reset(seed=0)
+    observation, reward, terminated, _, info = lenient.step('<tool_call>{"name": oops</tool_call>')
+    assert not terminated and info["errors"], "a malformed call still gets feedback, not a grade"
+
+
+def test_python_tool_env_passes_plain_text_answers_on():
+    env = gymnasium.make("agent_rl/PythonTool-v0", tasks=[ADD_TASK], plain_text_answers=True)
+    env.reset(seed=0)
+    _, reward, terminated, _, _ = env.step("42")
+    env.close()
+    assert terminated and reward == 1.0
