@@ -10,6 +10,7 @@ bit for bit, or plain transformers in fp32 with an fp32 log_softmax when matched
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -49,6 +50,7 @@ class LearnerSettings:
     temperature: float = 1.0
     loss: LossSettings = field(default_factory=LossSettings)
     diagnose_flat_groups: bool = True  # forward flat groups (no gradient) for IS/KL metrics
+    share_prompt: bool = True  # a group's common prompt is forwarded once (matched kernels)
     seed: int = 0
 
 
@@ -135,6 +137,7 @@ class Sample:
     policy_versions: torch.Tensor  # (N,) the policy version that sampled each token
     advantage: float
     needs_grad: bool = True  # False: forwarded for the IS/KL metrics only (a flat group)
+    group: int = -1  # index of its group in the update: responses to one prompt share a prefix
 
     @classmethod
     def from_trajectory(cls, trajectory: Trajectory, advantage: float) -> Sample:
@@ -238,7 +241,7 @@ class Learner:
         b_lags: list[torch.Tensor] = []
         num_responses = 0
         zero_variance = 0
-        for group in groups:
+        for group_index, group in enumerate(groups):
             rewards = group.rewards
             flat = not has_reward_variance(rewards)
             zero_variance += flat
@@ -247,6 +250,7 @@ class Learner:
                 group.trajectories, group_advantages(rewards), strict=True
             ):
                 sample = Sample.from_trajectory(trajectory, advantage)
+                sample.group = group_index
                 b_lags.append(trained_at - sample.policy_versions)
                 if not sample.model_positions.numel():
                     continue
@@ -270,9 +274,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         for mb_samples in micro_batches(b_samples, self.settings.micro_batch_tokens):
             mb_loss = torch.zeros(())
-            for sample in mb_samples:
-                with torch.set_grad_enabled(sample.needs_grad):
-                    logprobs = self.policy.token_logprobs(sample.token_ids)[sample.model_positions]
+            for sample, logprobs in self._model_logprobs(mb_samples):
                 if sample.needs_grad:
                     behavior = sample.behavior_logprobs.to(logprobs.dtype)
                     loss = response_loss(logprobs, behavior, sample.advantage, loss_settings)
@@ -292,11 +294,49 @@ class Learner:
             "losses/loss": total_loss,
             **_weight_metrics(b_weights, b_kl),
             **_lag_metrics(lags),
-            **_group_metrics(groups),
+            **group_metrics(groups),
             "charts/zero_variance_groups": zero_variance,
             "charts/trained_responses": sum(sample.needs_grad for sample in b_samples),
             "forward_tokens": forward_tokens,
         }
+
+    def _model_logprobs(self, samples: list[Sample]) -> Iterator[tuple[Sample, torch.Tensor]]:
+        """Each sample with the learner's logprobs of its sampled tokens, in order. Responses of
+        one group run as one shared-prompt pass when the model has one (same bits as alone)."""
+        for _, run in itertools.groupby(samples, key=lambda sample: sample.group):
+            run = list(run)
+            with torch.set_grad_enabled(run[0].needs_grad):
+                prefix = self._shared_prefix_length(run)
+                if prefix:
+                    rows = self.policy.module.shared_prefix_logprobs(
+                        run[0].token_ids[:prefix], [sample.token_ids[prefix:] for sample in run]
+                    )
+                    for sample, logprobs in zip(run, rows, strict=True):
+                        yield sample, logprobs[sample.model_positions - prefix]
+                else:
+                    for sample in run:
+                        logprobs = self.policy.token_logprobs(sample.token_ids)
+                        yield sample, logprobs[sample.model_positions]
+
+    def _shared_prefix_length(self, run: list[Sample]) -> int:
+        """How many leading tokens the run can share: common to all its samples and before the
+        first sampled token's row; 0 when sharing is off, impossible or not worth it."""
+        if (
+            len(run) < 2
+            or not self.settings.share_prompt
+            or self.settings.activation_checkpointing
+            or not hasattr(self.policy.module, "shared_prefix_logprobs")
+        ):
+            return 0
+        limit = min(int(sample.model_positions.min()) for sample in run
+                    if sample.model_positions.numel())
+        limit = min([limit] + [sample.num_tokens - 2 for sample in run])
+        first = run[0].token_ids[:limit]
+        for sample in run[1:]:
+            mismatch = (sample.token_ids[:limit] != first).nonzero()
+            if mismatch.numel():
+                limit = int(mismatch[0])
+        return limit
 
     def _clip_gradients(self) -> float:
         """The pre-clip global gradient norm; clips only when max_grad_norm is set."""
@@ -352,7 +392,8 @@ def _lag_metrics(lags: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def _group_metrics(groups: list[Group]) -> dict[str, float]:
+def group_metrics(groups: list[Group]) -> dict[str, float]:
+    """Reward and length charts over every response of `groups`."""
     trajectories = [t for group in groups for t in group.trajectories]
     rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
     end_reasons = Counter(t.end_reason for t in trajectories)

@@ -9,7 +9,7 @@ sequence here, vLLM's paged KV cache in the rollout) is passed in as `attend`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -241,3 +241,49 @@ class MatchedLlama(nn.Module):
         """
         hidden = self._sequence_hidden(input_ids)[..., :-1, :]
         return ops.lm_head_logprobs(hidden, self.lm_head_weight, input_ids[..., 1:])
+
+    def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: Sequence[torch.Tensor]
+                               ) -> list[torch.Tensor]:
+        """`token_logprobs(cat(prefix, suffix))[len(prefix):]` for each suffix, bit for bit, with
+        the prefix run once: G responses to one prompt cost one prompt, not G.
+
+        The prefix's queries, keys and values of every layer are kept and put in front of each
+        suffix's own, so every suffix row attends over the same keys, in the same blocks, as in
+        the full pass; the other ops are row-wise and see the same rows. Only the attention over
+        the prefix rows is computed again per suffix (cheap next to the linear layers).
+        """
+        length = prefix.shape[0]
+        if length < 1 or any(suffix.shape[0] < 2 for suffix in suffixes):
+            raise ValueError("a shared prefix needs at least one token and each suffix two")
+        longest = length + max(suffix.shape[0] for suffix in suffixes)
+        if longest > self.config.max_positions:
+            raise ValueError(f"sequence of {longest} tokens exceeds the model's "
+                             f"{self.config.max_positions} positions")
+        scale = self.config.head_dim ** -0.5
+        prefix_qkv: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+        def attend_prefix(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                          ) -> torch.Tensor:
+            prefix_qkv[layer] = (q, k, v)
+            return ops.attention(q, k, v, scale)
+
+        self.hidden_states(prefix, torch.arange(length), attend_prefix)
+        lengths = [suffix.shape[0] for suffix in suffixes]
+
+        def attend_suffixes(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+                            ) -> torch.Tensor:
+            pq, pk, pv = prefix_qkv[layer]
+            return torch.cat([
+                ops.attention(torch.cat([pq, sq]), torch.cat([pk, sk]), torch.cat([pv, sv]),
+                              scale)[length:]
+                for sq, sk, sv in zip(q.split(lengths), k.split(lengths), v.split(lengths),
+                                      strict=True)
+            ])
+
+        positions = torch.cat([torch.arange(length, length + n) for n in lengths])
+        hidden = self.hidden_states(torch.cat(list(suffixes)), positions, attend_suffixes)
+        rows = torch.cat([h[:-1] for h in hidden.split(lengths)])
+        targets = torch.cat([suffix[1:] for suffix in suffixes])
+        logprobs = ops.lm_head_logprobs(rows, self.lm_head_weight, targets)
+        return list(logprobs.split([n - 1 for n in lengths]))
+

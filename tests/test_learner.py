@@ -164,3 +164,37 @@ def test_checkpoint_resume_continues_the_same_run(tiny_model: Path, tmp_path: Pa
     assert restored.in_flight_task_indices == [5, 6]
     assert restored.queued_groups[0].trajectories == queued.trajectories
     restored.ledger.check(pending={"queued"})
+
+
+def _shared_prompt_groups(learner: Learner) -> list[Group]:
+    """Two groups, each of responses to one prompt (the same leading tokens), on-policy."""
+    rng = random.Random(5)
+    groups = []
+    for g, rewards in enumerate([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.5]]):
+        prompt = [rng.randrange(5, 2000) for _ in range(20)]
+        trajectories = []
+        for reward in rewards:
+            trajectory = _trajectory(learner, rng, reward)
+            trajectory.token_ids[:20] = prompt
+            trajectory.loss_mask[:20] = [0] * 20
+            trajectory.policy_versions[:20] = [-1] * 20
+            logprobs = [0.0, *learner.token_logprobs(trajectory.token_ids).tolist()]
+            trajectory.behavior_logprobs = [
+                lp if m else 0.0 for lp, m in zip(logprobs, trajectory.loss_mask, strict=True)
+            ]
+            trajectories.append(trajectory)
+        groups.append(Group(f"g{g}", "task", trajectories))
+    return groups
+
+
+def test_shared_prompt_pass_keeps_logprobs_bitwise_and_the_gradient(tiny_model: Path) -> None:
+    grads = []
+    for share in (False, True):
+        learner = _learner(tiny_model, matched_kernels=True, share_prompt=share)
+        metrics = learner.accumulate_gradients(_shared_prompt_groups(learner))
+        # Matched kernels, lag 0: the learner recomputes the behavior logprobs exactly.
+        assert metrics["is/max"] == metrics["is/min"] == 1.0
+        assert metrics["forward_tokens"] > 0
+        grads.append(_grads(learner))
+    for separate, shared in zip(*grads, strict=True):
+        torch.testing.assert_close(shared, separate, rtol=1e-4, atol=1e-7)

@@ -84,6 +84,36 @@ def test_activation_checkpointing_keeps_the_gradients_bit_for_bit(tiny_model: Pa
     assert [name for name in plain if not torch.equal(plain[name], recomputed[name])] == []
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_shared_prefix_logprobs_equal_full_sequences_bitwise(tiny_model: Path, dtype: str,
+                                                            token_ids: torch.Tensor) -> None:
+    model = MatchedLlama.from_pretrained(tiny_model, dtype=dtype)
+    prefix = token_ids[:67]  # crosses a 64-key attention block
+    suffixes = [token_ids[70:75], token_ids[40:90], token_ids[10:12]]
+    with torch.no_grad():
+        shared = model.shared_prefix_logprobs(prefix, suffixes)
+        for suffix, rows in zip(suffixes, shared, strict=True):
+            full = model.token_logprobs(torch.cat([prefix, suffix]))
+            assert torch.equal(rows, full[prefix.shape[0]:])
+
+
+def test_shared_prefix_gradients_equal_separate_passes(tiny_model: Path,
+                                                       token_ids: torch.Tensor) -> None:
+    prefix, suffixes = token_ids[:30], [token_ids[30:50], token_ids[60:70]]
+    grads = []
+    for shared in (False, True):
+        model = MatchedLlama.from_pretrained(tiny_model, dtype=torch.float32).train()
+        if shared:
+            loss = sum(rows.sum() for rows in model.shared_prefix_logprobs(prefix, suffixes))
+        else:
+            loss = sum(model.token_logprobs(torch.cat([prefix, s]))[30:].sum() for s in suffixes)
+        loss.backward()
+        grads.append({name: p.grad for name, p in model.named_parameters()})
+    separate, shared_grads = grads
+    for name, grad in separate.items():
+        assert torch.allclose(shared_grads[name], grad, rtol=1e-4, atol=1e-6), name
+
+
 def test_bfloat16_weights_load_and_stay_close(tiny_model: Path, matched: MatchedLlama,
                                               token_ids: torch.Tensor) -> None:
     half = MatchedLlama.from_pretrained(tiny_model, dtype="bfloat16")
