@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_rl.advantages import has_reward_variance
 from agent_rl.checkpoint import RunState, latest_checkpoint, load_checkpoint, save_checkpoint
 from agent_rl.config import dump_config
 from agent_rl.faults import (
@@ -53,7 +54,7 @@ from agent_rl.faults import (
     InjectedEnvFault,
     LearnerKilled,
 )
-from agent_rl.learner import Learner, LearnerSettings
+from agent_rl.learner import Learner, LearnerSettings, group_metrics
 from agent_rl.ledger import save_ledger
 from agent_rl.loss import LossSettings
 from agent_rl.metrics import MetricsWriter
@@ -155,6 +156,7 @@ def learner_settings(config: TrainConfig, model_dir: Path) -> LearnerSettings:
         temperature=config.temperature,
         loss=LossSettings(clip=config.clip, is_level=config.is_level, kl_coef=config.kl_coef),
         diagnose_flat_groups=config.diagnose_flat_groups,
+        share_prompt=config.share_prompt,
         seed=config.seed,
     )
 
@@ -182,7 +184,9 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
         kv_cache_gib=config.kv_cache_gib,
         seed=config.seed,
     )
-    env_kwargs: dict[str, Any] = {"split": config.tasks_split, "max_turns": config.max_turns}
+    env_kwargs: dict[str, Any] = {
+        "split": config.tasks_split, "max_turns": config.max_turns, **config.env_kwargs
+    }
     if config.task_categories:
         env_kwargs["categories"] = config.task_categories
     if config.sandbox_timeout_s is not None:
@@ -218,6 +222,20 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
         for i in range(config.num_rollout_actors)
     ]
     return actors
+
+
+def check_env_kwargs(config: TrainConfig) -> None:
+    """Build the env once here, so a misspelled `env_kwargs` key fails before Ray and vLLM start
+    instead of inside every rollout actor."""
+    import gymnasium
+
+    import envs  # noqa: F401 - registers the agent_rl/* environment ids
+
+    try:
+        env = gymnasium.make(config.env, **config.env_kwargs)
+    except TypeError as error:
+        raise ValueError(f"env_kwargs {config.env_kwargs} do not fit {config.env}: {error}") from error
+    env.close()
 
 
 def init_ray(config: TrainConfig) -> bool:
@@ -269,6 +287,7 @@ class Pipeline:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(config, self.run_dir / "config.yaml")
         model_dir = resolve_model(config.model, config.dtype)
+        check_env_kwargs(config)
 
         self.faults = FaultInjector(config.faults)
         self.started_ray = init_ray(config)
@@ -313,6 +332,7 @@ class Pipeline:
         self.rollout_errors = 0
         self.metrics = MetricsWriter(self.run_dir)
         self.last_metrics: dict[str, Any] = {}
+        self.filtered: list[Group] = []  # flat groups dynamic sampling consumed since the last update
         self.lag_max = 0
         if self.learner.version > 0:
             self._broadcast_weights()
@@ -475,6 +495,11 @@ class Pipeline:
             if not all(InjectedEnvFault.__name__ in error for error in errors):
                 self._count_error(f"episode of task {group.task_id}: {errors[0]}")
             return
+        if self.config.dynamic_sampling and not has_reward_variance(group.rewards):
+            # No gradient in it: consumed now, charted with the next update, never a step alone.
+            ledger.record_trained(group_id, zero_variance=True)
+            self.filtered.append(group)
+            return
         self.queue.append(group)
 
     def _requeue(self, task_index: int, reason: str) -> None:
@@ -607,6 +632,11 @@ class Pipeline:
         ledger = self.state.ledger
         for group, flat in zip(batch, _flat_groups(batch), strict=True):
             ledger.record_trained(group.group_id, zero_variance=flat)
+        if self.filtered:
+            metrics.update(group_metrics(self.filtered + batch))
+            metrics["charts/zero_variance_groups"] += len(self.filtered)
+            metrics["charts/filtered_groups"] = len(self.filtered)
+            self.filtered = []
         self.lag_max = max(self.lag_max, int(metrics.get("lag/max", 0)))
         sync_start = time.perf_counter()
         self._broadcast_weights()
@@ -784,8 +814,6 @@ def train(config: TrainConfig, on_update: OnUpdate | None = None) -> RunSummary:
 
 
 def _flat_groups(groups: list[Group]) -> list[bool]:
-    from agent_rl.advantages import has_reward_variance
-
     return [not has_reward_variance(group.rewards) for group in groups]
 
 

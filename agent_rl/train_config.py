@@ -22,6 +22,10 @@ class TrainConfig(StrictModel):
     # What is trained, on what.
     model: str = Field("tiny", description="'default', 'tiny', or a checkpoint directory")
     env: str = Field("agent_rl/PythonTool-v0", description="gymnasium id of the environment")
+    env_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="more gymnasium.make arguments of the env, e.g. {plain_text_answers: true}",
+    )
     tasks_split: str = Field("train", description="task split the run samples from")
     task_categories: list[str] | None = Field(None, description="only these task categories")
     max_tasks: int | None = Field(None, ge=1, description="use only the first N tasks (None: all)")
@@ -36,6 +40,11 @@ class TrainConfig(StrictModel):
         "token", description="IS weight per token or per response"
     )
     kl_coef: float = Field(0.0, ge=0, description="k3 KL penalty towards the behavior policy")
+    dynamic_sampling: bool = Field(
+        False,
+        description="fill each update with groups that have reward variance (DAPO); flat "
+        "groups are counted and charted but never make an update of their own",
+    )
     temperature: float = Field(
         1.0, gt=0, description="sampling temperature, applied by the learner too"
     )
@@ -58,6 +67,9 @@ class TrainConfig(StrictModel):
     )
     activation_checkpointing: bool = Field(
         False, description="recompute activations to fit long sequences"
+    )
+    share_prompt: bool = Field(
+        True, description="forward a group's common prompt once (matched kernels; same logprobs)"
     )
 
     # The pipeline.

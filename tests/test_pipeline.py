@@ -29,7 +29,9 @@ def test_task_stream_is_reproducible_and_covers_every_task_each_pass() -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["smoke.yaml", "python_tool_lag64.yaml", "demo.yaml"])
+@pytest.mark.parametrize(
+    "name", ["smoke.yaml", "python_tool_lag64.yaml", "demo.yaml", "learning_curve.yaml"]
+)
 def test_shipped_configs_load(name: str) -> None:
     config = load_train_config(CONFIGS / name)
     assert config.clip is None and config.is_level == "token" and config.kl_coef == 0.0
@@ -40,6 +42,12 @@ def test_unknown_config_key_names_the_nearest_valid_one(tmp_path: Path) -> None:
     path.write_text("max_lagg: 3\n")
     with pytest.raises(ConfigError, match="did you mean 'max_lag'"):
         load_train_config(path)
+
+
+def test_misspelled_env_kwargs_fail_before_anything_starts(tmp_path: Path) -> None:
+    config = TrainConfig(env_kwargs={"plain_txt_answers": True}, out_dir=tmp_path)
+    with pytest.raises(ValueError, match="plain_txt_answers"):
+        train(config)
 
 
 def test_sync_mode_means_lag_zero() -> None:
@@ -129,3 +137,26 @@ def test_resume_in_sync_mode_has_lag_zero_and_unit_weights_with_matched_kernels(
     assert ledger["trained"] == 6
     assert ledger["rerun"] <= len(state_before["in_flight_task_indices"])
     assert ledger["generated"] == ledger["trained"] + ledger["dropped"]
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_steps_only_on_groups_with_reward_variance(
+    local_ray, tmp_path: Path
+) -> None:
+    # Parity-v0 pays a random model half the time, so with two responses per group about half
+    # the groups are flat: those must be consumed and charted, never stepped on alone. Sync mode
+    # samples every group at a known version, so which groups are flat does not hang on timing.
+    config = _config(tmp_path, env="agent_rl/Parity-v0", mode="sync", num_updates=3,
+                     dynamic_sampling=True, seed=3)
+    summary = train(config)
+    records = read_metrics(summary.run_dir)
+    assert [r["policy_version"] for r in records] == [1, 2, 3]
+    ledger = summary.ledger
+    assert ledger["generated"] == ledger["trained"] + ledger["dropped"]
+    assert ledger["trained"] - ledger["zero_variance"] == 3, "one group with variance per update"
+    assert ledger["zero_variance"] > 0, "seed 3 gives flat groups; pick another if Parity changed"
+    filtered = sum(r.get("charts/filtered_groups", 0) for r in records)
+    assert filtered <= ledger["zero_variance"]
+    for record in records:
+        assert record["charts/trained_responses"] == 2
+        assert record["charts/responses"] == 2 * (1 + record.get("charts/filtered_groups", 0))
