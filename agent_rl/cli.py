@@ -214,12 +214,23 @@ def _parse_overrides(items: list[str]) -> dict[str, object]:
 
 
 @app.command("plot")
-def plot_command(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
-    """Write PNG curves (reward, IS weights, KL, grad norm, lag) for a run."""
-    from agent_rl.plot import plot_run
+def plot_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    block: Annotated[int, typer.Option(min=1, help="Updates per row of the reward table.")] = 10,
+) -> None:
+    """Write PNG curves (reward, IS weights, KL, grad norm, lag) and print reward per block."""
+    from rich.table import Table
+
+    from agent_rl.metrics import read_metrics
+    from agent_rl.plot import plot_run, reward_blocks
 
     for path in plot_run(run_dir):
         console.print(f"wrote {path}")
+    table = Table("updates", "responses", "reward mean")
+    for row in reward_blocks(read_metrics(run_dir), block):
+        table.add_row(f"{row['first']}-{row['last']}", str(row["responses"]),
+                      f"{row['reward_mean']:.3f}")
+    console.print(table)
 
 
 @app.command("mismatch")

@@ -20,6 +20,39 @@ CHARTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+SMOOTH_WINDOW = 10  # updates in the reward chart's running mean
+
+
+def reward_blocks(records: list[dict], block: int) -> list[dict]:
+    """Reward over consecutive blocks of `block` updates, each response weighted once.
+
+    One update's own reward is noisy (a few groups); a block mean is what says whether training
+    raised the reward. Dynamic sampling's flat groups are in `charts/responses` too, so a block
+    covers every response generated in it.
+    """
+    rows = []
+    for start in range(0, len(records), block):
+        chunk = [r for r in records[start:start + block] if "charts/reward_mean" in r]
+        responses = sum(r.get("charts/responses", 1) for r in chunk)
+        if not chunk or not responses:
+            continue
+        total = sum(r["charts/reward_mean"] * r.get("charts/responses", 1) for r in chunk)
+        rows.append({"first": chunk[0]["step"], "last": chunk[-1]["step"],
+                     "responses": responses, "reward_mean": total / responses})
+    return rows
+
+
+def _running_mean(points: list[tuple[int, float]], weights: list[float], window: int
+                  ) -> list[tuple[int, float]]:
+    out = []
+    for i in range(len(points)):
+        lo = max(0, i - window + 1)
+        weight = sum(weights[lo:i + 1])
+        value = sum(p[1] * w for p, w in zip(points[lo:i + 1], weights[lo:i + 1], strict=True))
+        out.append((points[i][0], value / weight if weight else 0.0))
+    return out
+
+
 def plot_run(run_dir: Path) -> list[Path]:
     """Write one PNG per chart under `run_dir/plots`; returns the files written."""
     import matplotlib
@@ -45,7 +78,14 @@ def plot_run(run_dir: Path) -> list[Path]:
         figure, axis = plt.subplots(figsize=(6, 3.5))
         for key, points in series.items():
             steps, values = zip(*points, strict=True)
-            axis.plot(steps, values, label=key, marker="." if len(points) < 50 else None)
+            smooth = key == "charts/reward_mean" and len(points) >= 2 * SMOOTH_WINDOW
+            axis.plot(steps, values, label=key, marker="." if len(points) < 50 else None,
+                      alpha=0.35 if smooth else 1.0)
+            if smooth:
+                weights = [float(r.get("charts/responses", 1)) for r in records
+                           if isinstance(r.get(key), int | float)]
+                steps, values = zip(*_running_mean(points, weights, SMOOTH_WINDOW), strict=True)
+                axis.plot(steps, values, label=f"running mean ({SMOOTH_WINDOW} updates)")
         axis.set_title(title)
         axis.set_xlabel("update")
         axis.legend()
