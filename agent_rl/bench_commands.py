@@ -78,6 +78,9 @@ def bench_rollout(
     concurrency: Annotated[str, typer.Option(help="Comma-separated episode counts.")] = "8,32,64",
     max_tokens: Annotated[int, typer.Option(min=1)] = 128,
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    compiled: Annotated[bool, typer.Option(
+        "--compiled", help="Also measure the engine with torch.compile (enforce_eager off)."
+    )] = False,
     out: OutOption = None,
 ) -> None:
     """Rollout actor tokens/s at several concurrencies vs transformers generate; weight update time."""
@@ -86,5 +89,5 @@ def bench_rollout(
 
     counts = tuple(int(part) for part in concurrency.split(","))
     rows = rollout_bench.run(console, resolve_model(model, dtype), concurrency=counts,
-                             max_tokens=max_tokens, dtype=dtype)
+                             max_tokens=max_tokens, dtype=dtype, compiled=compiled)
     _save(rows, out)

@@ -34,7 +34,11 @@ class EngineConfig(StrictModel):
         "processed_logprobs", description="logprobs of the distribution the sampler really used"
     )
     enable_prefix_caching: bool = Field(
-        False, description="off: cached prefixes may hold state from older weights"
+        False,
+        description="reuse a prompt's KV across requests (a group's shared prompt is computed "
+        "once); the rollout salts the cache with the policy version, so no request reuses KV "
+        "of other weights. Bit-exact with the matched model; off by default because the stock "
+        "model's KV then depends on batch shape",
     )
     async_scheduling: bool = Field(False, description="off: one step at a time, for parity")
     enforce_eager: bool = Field(True, description="no graph capture or torch.compile")

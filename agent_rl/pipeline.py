@@ -183,6 +183,8 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
         max_model_len=config.max_model_len,
         kv_cache_gib=config.kv_cache_gib,
         seed=config.seed,
+        enable_prefix_caching=config.prefix_caching,
+        cpu_cores=config.rollout_cpu_cores,
     )
     env_kwargs: dict[str, Any] = {
         "split": config.tasks_split, "max_turns": config.max_turns, **config.env_kwargs

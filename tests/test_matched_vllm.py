@@ -27,7 +27,7 @@ PROMPTS = [
 ]
 
 
-def _engine(model_dir: Path, dtype: str):
+def _engine(model_dir: Path, dtype: str, prefix_caching: bool = False):
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     from vllm import LLM
@@ -36,26 +36,29 @@ def _engine(model_dir: Path, dtype: str):
 
     register()
     return LLM(model=str(model_dir), dtype=dtype, enforce_eager=True, max_model_len=512,
-               enable_prefix_caching=False, logprobs_mode="processed_logprobs", seed=0)
+               enable_prefix_caching=prefix_caching, logprobs_mode="processed_logprobs", seed=0)
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+@pytest.fixture(scope="module", params=["float32", "bfloat16", "float32+prefix_caching"])
 def engine_and_learner(request, tiny_model: Path, tmp_path_factory):
-    dtype = request.param
+    dtype, _, caching = request.param.partition("+")
     model_dir = use_matched_architecture(tiny_model, tmp_path_factory.mktemp("matched") / "m")
-    llm = _engine(model_dir, dtype)
+    llm = _engine(model_dir, dtype, prefix_caching=bool(caching))
     yield llm, MatchedLlama.from_pretrained(tiny_model, dtype=dtype)
     del llm
     gc.collect()
 
 
-def _max_abs_diff(llm, learner: MatchedLlama, prompts: list[str], max_tokens: int) -> float:
+def _max_abs_diff(llm, learner: MatchedLlama, prompts: list[str], max_tokens: int,
+                  cached_tokens: list[int] | None = None) -> float:
     from vllm import SamplingParams
 
     params = SamplingParams(logprobs=0, temperature=1.0, max_tokens=max_tokens, seed=3,
                             ignore_eos=True)
     worst = 0.0
     for out in llm.generate(prompts, params, use_tqdm=False):
+        if cached_tokens is not None:
+            cached_tokens.append(out.num_cached_tokens or 0)
         completion = out.outputs[0]
         ids = torch.tensor([*out.prompt_token_ids, *completion.token_ids])
         behavior = torch.tensor([step[token].logprob for step, token in
@@ -75,6 +78,17 @@ def test_vllm_sampled_logprobs_equal_learner_recompute_at_batch_1(engine_and_lea
 def test_vllm_sampled_logprobs_equal_learner_recompute_at_batch_8(engine_and_learner) -> None:
     llm, learner = engine_and_learner
     assert _max_abs_diff(llm, learner, PROMPTS, max_tokens=24) == 0.0
+
+
+def test_a_group_sharing_its_prompt_samples_learner_exact_logprobs(engine_and_learner) -> None:
+    # Run twice: with prefix caching on, the second round's prompts come from the cache.
+    llm, learner = engine_and_learner
+    group = [PROMPTS[3] * 4] * 4
+    cached: list[int] = []
+    assert _max_abs_diff(llm, learner, group, max_tokens=16) == 0.0
+    assert _max_abs_diff(llm, learner, group, max_tokens=16, cached_tokens=cached) == 0.0
+    caching = llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+    assert (min(cached) > 0) == caching, cached
 
 
 def test_vllm_runs_the_matched_model(engine_and_learner) -> None:

@@ -146,8 +146,10 @@ def test_dynamic_sampling_steps_only_on_groups_with_reward_variance(
     # Parity-v0 pays a random model half the time, so with two responses per group about half
     # the groups are flat: those must be consumed and charted, never stepped on alone. Sync mode
     # samples every group at a known version, so which groups are flat does not hang on timing.
+    # Prefix caching and the shared-prompt learner pass are on too: at lag 0 the learner must
+    # still recompute every sampled token's logprob bit for bit.
     config = _config(tmp_path, env="agent_rl/Parity-v0", mode="sync", num_updates=3,
-                     dynamic_sampling=True, seed=3)
+                     dynamic_sampling=True, prefix_caching=True, seed=3)
     summary = train(config)
     records = read_metrics(summary.run_dir)
     assert [r["policy_version"] for r in records] == [1, 2, 3]
@@ -158,5 +160,6 @@ def test_dynamic_sampling_steps_only_on_groups_with_reward_variance(
     filtered = sum(r.get("charts/filtered_groups", 0) for r in records)
     assert filtered <= ledger["zero_variance"]
     for record in records:
+        assert record["is/max"] == record["is/min"] == 1.0
         assert record["charts/trained_responses"] == 2
         assert record["charts/responses"] == 2 * (1 + record.get("charts/filtered_groups", 0))

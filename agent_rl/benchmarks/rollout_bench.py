@@ -45,16 +45,20 @@ def run(
     concurrency: tuple[int, ...] = (8, 32, 64),
     max_tokens: int = 128,
     dtype: str = "float32",
+    compiled: bool = False,
 ) -> list[dict[str, Any]]:
-    """Measure actor and `generate` tokens/s at each batch size, and one weight update."""
+    """Measure actor and `generate` tokens/s at each batch size, and one weight update; with
+    `compiled`, the actor again with vLLM's torch.compile, against the same `generate` figures."""
     path = resolve_model(model_dir, dtype)
-    rows = asyncio.run(_measure(console, path, concurrency, max_tokens, dtype))
+    rows = asyncio.run(_measure(console, path, concurrency, max_tokens, dtype, compiled))
     table = Table(title=f"rollout tokens/s ({path.name}, {dtype}, {max_tokens} tok/seq)")
-    for column in ("case", "batch", "actor tok/s", "generate tok/s", "actor / generate", "s"):
+    for column in ("case", "engine", "batch", "actor tok/s", "generate tok/s", "actor / generate",
+                   "s"):
         table.add_column(column)
     for row in rows:
         table.add_row(
             row["case"],
+            row.get("engine", ""),
             str(row.get("batch", "")),
             _fmt(row.get("actor_tok_s")),
             _fmt(row.get("generate_tok_s")),
@@ -66,7 +70,8 @@ def run(
 
 
 async def _measure(
-    console: Console, model_dir: Path, concurrency: tuple[int, ...], max_tokens: int, dtype: str
+    console: Console, model_dir: Path, concurrency: tuple[int, ...], max_tokens: int, dtype: str,
+    compiled: bool,
 ) -> list[dict[str, Any]]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -94,10 +99,23 @@ async def _measure(
     weights = cpu_state_dict(model)
     del model
 
+    rows: list[dict[str, Any]] = []
+    for eager in (True, False) if compiled else (True,):
+        config = engine_config.model_copy(update={"enforce_eager": eager})
+        rows += await _measure_actor(console, config, rollout_config, concurrency,
+                                     generate_tok_s, weights)
+    return rows
+
+
+async def _measure_actor(
+    console: Console, engine_config: EngineConfig, rollout_config: RolloutConfig,
+    concurrency: tuple[int, ...], generate_tok_s: dict[int, float], weights: dict[str, Any],
+) -> list[dict[str, Any]]:
+    engine = "eager" if engine_config.enforce_eager else "compiled"
     actor = RolloutActor(engine_config, rollout_config, env_factory=OneTurnEnv, name="bench")
     started = time.perf_counter()
     await actor.start()
-    console.log(f"engine started in {time.perf_counter() - started:.1f}s")
+    console.log(f"{engine} engine started in {time.perf_counter() - started:.1f}s")
     rows: list[dict[str, Any]] = []
     try:
         await actor.generate_group(None, 2)  # warm-up
@@ -106,6 +124,7 @@ async def _measure(
             rows.append(
                 {
                     "case": "throughput",
+                    "engine": engine,
                     "batch": batch,
                     "actor_tok_s": actor_tok_s,
                     "generate_tok_s": generate_tok_s[batch],
@@ -114,7 +133,8 @@ async def _measure(
             )
             console.log(rows[-1])
         timing = await actor.update_weights(actor.policy_version + 1, weights)
-        rows.append({"case": "weight_update", "seconds": timing.total_s, **vars(timing)})
+        rows.append({"case": "weight_update", "engine": engine, "seconds": timing.total_s,
+                     **vars(timing)})
     finally:
         await actor.shutdown()
     return rows
