@@ -512,6 +512,11 @@ def eval_command(
     context_budget: Annotated[int, typer.Option(min=64, help="Most tokens per episode.")] = 4096,
     seed: Annotated[int, typer.Option(help="Sampling seed and bootstrap seed.")] = 0,
     resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    env_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="An env argument as KEY=VALUE (YAML value), e.g. "
+                     "plain_text_answers=true or categories=[dates]; repeatable."),
+    ] = None,
 ) -> None:
     """Evaluate a model on held-out tasks (macro pass@1, pass@k), or compare two."""
     console = Console()
@@ -531,6 +536,7 @@ def eval_command(
         "env_id": env_id, "tasks": task_file, "split": split, "k": k, "temperature": temperature,
         "limit_per_category": limit_per_category, "max_tokens_per_turn": max_tokens_per_turn,
         "max_turns": max_turns, "context_budget": context_budget, "seed": seed,
+        "env_kwargs": parse_env_args(env_arg or []),
     }
     if compare_with is None:
         if model is None:
@@ -556,6 +562,22 @@ def eval_command(
         out.mkdir(parents=True, exist_ok=True)
         (out / COMPARE_FILE).write_text(comparison.markdown())
         console.print(f"comparison written to {out / COMPARE_FILE}")
+
+
+def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """`["plain_text_answers=true"]` -> `{"plain_text_answers": True}`; values are YAML."""
+    import yaml
+
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise EvalError(f"--env-arg {pair!r} is not KEY=VALUE")
+        try:
+            parsed[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise EvalError(f"--env-arg {pair!r}: the value is not YAML ({error})") from error
+    return parsed
 
 
 def _is_registered_env(name: str) -> bool:

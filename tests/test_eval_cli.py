@@ -76,3 +76,12 @@ def test_tasks_that_are_neither_an_env_nor_a_file_are_refused_before_any_engine_
     result = CliRunner().invoke(_app(), ["eval", "--model", "tiny", "--tasks", "agent_rl/Nope-v0"])
     assert isinstance(result.exception, EvalError)
     assert "neither a registered env id" in str(result.exception)
+
+
+def test_env_args_are_yaml_values_and_bad_ones_are_clear() -> None:
+    from agent_rl.evaluate import parse_env_args
+
+    assert parse_env_args(["plain_text_answers=true", "categories=[dates, strings]"]) == {
+        "plain_text_answers": True, "categories": ["dates", "strings"]}
+    with pytest.raises(EvalError, match="not KEY=VALUE"):
+        parse_env_args(["plain_text_answers"])
