@@ -331,9 +331,9 @@ class Learner:
         limit = min(int(sample.model_positions.min()) for sample in run
                     if sample.model_positions.numel())
         limit = min([limit] + [sample.num_tokens - 2 for sample in run])
-        first = run[0].token_ids[:limit]
+        first = run[0].token_ids
         for sample in run[1:]:
-            mismatch = (sample.token_ids[:limit] != first).nonzero()
+            mismatch = (sample.token_ids[:limit] != first[:limit]).nonzero()
             if mismatch.numel():
                 limit = int(mismatch[0])
         return limit

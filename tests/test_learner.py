@@ -187,11 +187,23 @@ def _shared_prompt_groups(learner: Learner) -> list[Group]:
     return groups
 
 
-def test_shared_prompt_pass_keeps_logprobs_bitwise_and_the_gradient(tiny_model: Path) -> None:
+@pytest.mark.parametrize("differ_at", [None, 12, 3])
+def test_shared_prompt_pass_keeps_logprobs_bitwise_and_the_gradient(
+    tiny_model: Path, differ_at: int | None
+) -> None:
+    # differ_at: the third response's prompt differs there, so less (or nothing) is shared.
     grads = []
     for share in (False, True):
         learner = _learner(tiny_model, matched_kernels=True, share_prompt=share)
-        metrics = learner.accumulate_gradients(_shared_prompt_groups(learner))
+        groups = _shared_prompt_groups(learner)
+        if differ_at is not None:
+            trajectory = groups[1].trajectories[2]
+            trajectory.token_ids[differ_at] = (trajectory.token_ids[differ_at] + 1) % 2000
+            logprobs = [0.0, *learner.token_logprobs(trajectory.token_ids).tolist()]
+            trajectory.behavior_logprobs = [
+                lp if m else 0.0 for lp, m in zip(logprobs, trajectory.loss_mask, strict=True)
+            ]
+        metrics = learner.accumulate_gradients(groups)
         # Matched kernels, lag 0: the learner recomputes the behavior logprobs exactly.
         assert metrics["is/max"] == metrics["is/min"] == 1.0
         assert metrics["forward_tokens"] > 0
