@@ -392,7 +392,7 @@ async def _start_actor(
     from agent_rl.rollout import RolloutActor, RolloutConfig
 
     engine_config = EngineConfig(
-        model=str(resolved.model_dir),
+        model=str(_engine_model_dir(resolved.model_dir)),
         max_model_len=max_model_len or context_budget,
         kv_cache_gib=kv_cache_gib,
         seed=seed or 0,
@@ -416,6 +416,25 @@ async def _start_actor(
         await actor.shutdown()
         raise
     return actor
+
+
+def _engine_model_dir(model_dir: Path) -> Path:
+    """The checkpoint under the matched Llama when it is a Llama: the model training's rollout
+    runs, and the one whose in-place weight load is exact (vLLM's stock Llama keeps a tied
+    lm_head's old values after a reload, so a trained checkpoint would be scored wrongly), so a
+    base model and its trained checkpoint are scored by the same kernels."""
+    import hashlib
+    import json
+
+    from agent_rl.model_store import agent_rl_home
+    from kernels.checkpoint import use_matched_architecture
+
+    config = json.loads((model_dir / "config.json").read_text())
+    if config.get("model_type") != "llama":
+        return model_dir
+    source = model_dir.resolve()
+    key = hashlib.sha1(str(source).encode()).hexdigest()[:10]
+    return use_matched_architecture(source, agent_rl_home() / "matched" / f"{source.name}-{key}")
 
 
 def _learner_weights(resolved: ResolvedModel) -> dict[str, Any]:

@@ -87,3 +87,20 @@ def test_a_report_compared_with_itself_differs_by_exactly_zero(eval_run):
     report, _ = eval_run
     difference = compare(report, report, num_resamples=200).difference
     assert (difference.low, difference.estimate, difference.high) == (0.0, 0.0, 0.0)
+
+
+def test_llama_checkpoints_are_scored_by_the_matched_model(tiny_model: Path, tmp_path: Path,
+                                                           monkeypatch) -> None:
+    # The stock vLLM Llama keeps a tied lm_head's old values after an in-place reload, so a
+    # trained checkpoint must be scored by the matched model, and its base by the same kernels.
+    from agent_rl.evaluate import _engine_model_dir
+    from kernels.vllm_plugin import ARCHITECTURE
+
+    monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "home"))
+    engine_dir = _engine_model_dir(tiny_model)
+    config = json.loads((engine_dir / "config.json").read_text())
+    assert config["architectures"] == [ARCHITECTURE]
+    other = tmp_path / tiny_model.name
+    other.mkdir()
+    (other / "config.json").write_text((tiny_model / "config.json").read_text())
+    assert _engine_model_dir(other) != engine_dir, "same-named checkpoints must not share a dir"
