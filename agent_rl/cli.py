@@ -8,6 +8,7 @@ the commands so that `agent-rl --help` stays instant.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -153,6 +154,9 @@ def train_command(
     from agent_rl.train_config import load_train_config
 
     config = load_train_config(config_path, overrides=_parse_overrides(overrides or []))
+    # A shell starts background jobs with SIGINT ignored, and Python then keeps ignoring it; a
+    # `kill -INT` must still stop the run cleanly and save its ledger.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     columns = (TextColumn("[bold]update"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("{task.description}"))
     with Progress(*columns, console=console) as progress:

@@ -21,8 +21,11 @@ def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
     out_dir = tmp_path / "run"
     command = [sys.executable, "-m", "agent_rl.cli", "train", "configs/smoke.yaml",
                "--set", f"out_dir={out_dir}", "--set", "num_updates=1000"]
+    # Started with SIGINT ignored, as a shell starts a background job (and as CI may run us):
+    # the run must still stop on SIGINT.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "COLUMNS": "200"})
+                               env={**os.environ, "COLUMNS": "200"},
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         metrics = out_dir / "metrics.jsonl"
