@@ -150,10 +150,11 @@ def train_command(
     """Train: rollout actors and the learner on Ray, asynchronous up to max_lag (or sync)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from agent_rl.config import parse_key_values
     from agent_rl.pipeline import train
     from agent_rl.train_config import load_train_config
 
-    config = load_train_config(config_path, overrides=_parse_overrides(overrides or []))
+    config = load_train_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
     # A shell starts background jobs with SIGINT ignored, and Python then keeps ignoring it; a
     # `kill -INT` must still stop the run cleanly and save its ledger.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -203,18 +204,6 @@ def soak_command(
     report = soak.run(console, minutes, fault_every_s=fault_every, config_path=config_path, out_dir=out)
     if not report["ledger_balanced"]:
         raise typer.Exit(1)
-
-
-def _parse_overrides(items: list[str]) -> dict[str, object]:
-    import yaml
-
-    parsed: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--set takes key=value, got {item!r}")
-        parsed[key.strip()] = yaml.safe_load(value)
-    return parsed
 
 
 @app.command("plot")

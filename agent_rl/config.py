@@ -81,6 +81,20 @@ def _fields_at(model: type[BaseModel], location: list[str]) -> list[str]:
     return list(getattr(current, "model_fields", {}))
 
 
+def parse_key_values(items: list[str] | tuple[str, ...], option: str) -> dict[str, Any]:
+    """Command-line `KEY=VALUE` items as a dict; values are YAML (`true`, `3`, `[a, b]`)."""
+    parsed: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} {item!r} is not KEY=VALUE")
+        try:
+            parsed[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{option} {item!r}: the value is not YAML ({error})") from error
+    return parsed
+
+
 def dump_config(config: BaseModel, path: str | Path) -> None:
     """Write the fully resolved config next to a run's outputs."""
     Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -585,18 +585,12 @@ def eval_command(
 
 def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
     """`["plain_text_answers=true"]` -> `{"plain_text_answers": True}`; values are YAML."""
-    import yaml
+    from agent_rl.config import ConfigError, parse_key_values
 
-    parsed = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise EvalError(f"--env-arg {pair!r} is not KEY=VALUE")
-        try:
-            parsed[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as error:
-            raise EvalError(f"--env-arg {pair!r}: the value is not YAML ({error})") from error
-    return parsed
+    try:
+        return parse_key_values(tuple(pairs), "--env-arg")
+    except ConfigError as error:
+        raise EvalError(str(error)) from error
 
 
 def _is_registered_env(name: str) -> bool:
