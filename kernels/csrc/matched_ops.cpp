@@ -35,10 +35,12 @@ typedef uint16_t vu16 __attribute__((vector_size(32)));
 typedef uint32_t vu32 __attribute__((vector_size(64)));
 
 constexpr int64_t kLanes = 16;
+constexpr vi kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 constexpr int64_t kKeyBlock = 64;  // attention key blocks, aligned to absolute positions
 constexpr int64_t kQueryTile = 16;  // consecutive queries that share one key-block gather
 constexpr int64_t kGemmTile = 64;  // rows (and columns) of one GEMM task
-constexpr int64_t kPrefetchRows = 16;  // how far ahead a GEMM prefetches weight rows
+constexpr int64_t kPrefetchRows = 16;  // how far ahead a decode GEMM prefetches weight rows
+constexpr int64_t kDecodeRows = 16;  // GEMM tiles with at most this many rows prefetch weights
 
 #define MATCHED_INLINE static inline __attribute__((always_inline))
 #define MATCHED_CLONES \
@@ -113,6 +115,34 @@ MATCHED_INLINE vf reduce16x16(const vf* acc) {
                                  29, 31);
 }
 
+// One butterfly stage of a 16 x 16 transpose: rows i and i + B (bit B of i clear) swap their
+// off-diagonal B x B blocks. Stages B = 8, 4, 2, 1 transpose the whole tile.
+#define MATCHED_LO(c, B) (((c) & (B)) ? 16 + (c) - (B) : (c))
+#define MATCHED_HI(c, B) (((c) & (B)) ? 16 + (c) : (c) + (B))
+#define MATCHED_SHUFFLE16(a, b, F, B)                                                      \
+  __builtin_shufflevector(a, b, F(0, B), F(1, B), F(2, B), F(3, B), F(4, B), F(5, B),      \
+                          F(6, B), F(7, B), F(8, B), F(9, B), F(10, B), F(11, B), F(12, B), \
+                          F(13, B), F(14, B), F(15, B))
+
+template <int B>
+MATCHED_INLINE void transpose_stage(vf* r) {
+  for (int i = 0; i < 16; ++i) {
+    if (i & B) continue;
+    const vf lo = MATCHED_SHUFFLE16(r[i], r[i + B], MATCHED_LO, B);
+    const vf hi = MATCHED_SHUFFLE16(r[i], r[i + B], MATCHED_HI, B);
+    r[i] = lo;
+    r[i + B] = hi;
+  }
+}
+
+// r[i] lane j becomes r[j] lane i. Values are only moved, never rounded.
+MATCHED_INLINE void transpose16(vf* r) {
+  transpose_stage<8>(r);
+  transpose_stage<4>(r);
+  transpose_stage<2>(r);
+  transpose_stage<1>(r);
+}
+
 template <class T>
 MATCHED_INLINE T from_float(float x) {
   return static_cast<T>(x);  // bf16: round to nearest even, as torch's .to(bfloat16)
@@ -147,53 +177,77 @@ MATCHED_INLINE float exp_scalar(float x) { return lane(vexp(splat(x)), 0); }
 // ---------------------------------------------------------------------------------------------
 // Linear: out[m, n] = dot(x[m, :], w[n, :]), 16-lane sequential accumulation over k, fixed tree.
 
+// One 4 x 4 block of outputs: rows xr[0..3] times weight rows wc[0..3]. While it runs it may
+// prefetch `ahead_bytes` of weights at `ahead` into L2 (four cache lines per step).
+template <class TX, class TW, class TO>
+MATCHED_INLINE void linear_block(const TX* const* xr, const TW* const* wc, TO* out, int64_t N,
+                                 int64_t K, int64_t rows, int64_t cols, const TW* ahead,
+                                 int64_t ahead_bytes) {
+  const int64_t k_full = K / kLanes * kLanes, k_tail = K - k_full;
+  constexpr int64_t kStepBytes = kLanes * 4 * static_cast<int64_t>(sizeof(TW));
+  vf acc[16] = {};  // acc[4 * r + c]: row r, column c
+  for (int64_t k = 0; k < k_full; k += kLanes) {
+    const int64_t line = k * 4 * static_cast<int64_t>(sizeof(TW));
+    for (int64_t b = line; b < line + kStepBytes && b < ahead_bytes; b += 64)
+      __builtin_prefetch(reinterpret_cast<const char*>(ahead) + b, 0, 1);
+    vf xv[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) xv[r] = load16(xr[r] + k);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const vf wv = load16(wc[c] + k);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[4 * r + c] += xv[r] * wv;
+    }
+  }
+  if (k_tail) {
+    for (int r = 0; r < 4; ++r) {
+      const vf xv = load16_partial(xr[r] + k_full, k_tail);
+      for (int c = 0; c < 4; ++c) acc[4 * r + c] += xv * load16_partial(wc[c] + k_full, k_tail);
+    }
+  }
+  float sums[kLanes];
+  store16(sums, reduce16x16(acc));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * N + c] = from_float<TO>(sums[4 * r + c]);
+}
+
 template <class TX, class TW, class TO>
 MATCHED_INLINE void linear_tile(const TX* x, const TW* w, TO* out, int64_t M, int64_t N,
                                 int64_t K, int64_t m0, int64_t n0, int64_t n_tile) {
   const int64_t m_end = std::min(m0 + kGemmTile, M), n_end = std::min(n0 + n_tile, N);
-  const int64_t k_full = K / kLanes * kLanes, k_tail = K - k_full;
-  // Columns outside, rows inside: four weight rows are read from memory once and stay in L1
-  // for every row group, while later rows are prefetched: a decode step streams every weight
-  // from DRAM once, and without the prefetch the GEMM waits on memory (2x slower in vLLM).
-  for (int64_t n = n0; n < n_end; n += 4) {
-    // Rows/columns past the edge repeat the last one; their results are not stored.
-    const TW* wc[4];
+  // Rows/columns past the edge repeat the last one; their results are not stored.
+  auto x_rows = [&](int64_t m, const TX** xr) {
+    for (int r = 0; r < 4; ++r) xr[r] = x + std::min(m + r, m_end - 1) * K;
+  };
+  auto w_rows = [&](int64_t n, const TW** wc) {
     for (int c = 0; c < 4; ++c) wc[c] = w + std::min(n + c, n_end - 1) * K;
-    const TW* next = w + std::min(n + kPrefetchRows, N - 1) * K;
-    const int64_t next_bytes =
-        (std::min(n + kPrefetchRows + 4, N) - std::min(n + kPrefetchRows, N)) * K * sizeof(TW);
-    for (int64_t m = m0; m < m_end; m += 4) {
-      const TX* xr[4];
-      for (int r = 0; r < 4; ++r) xr[r] = x + std::min(m + r, m_end - 1) * K;
-      vf acc[16] = {};  // acc[4 * r + c]: row m + r, column n + c
-      for (int64_t k = 0; k < k_full; k += kLanes) {
-        // Four cache lines of the weight rows kPrefetchRows ahead, into L2, per step.
-        const int64_t line = 4 * k * static_cast<int64_t>(sizeof(TW));
-        for (int64_t b = line; b < line + 4 * kLanes * static_cast<int64_t>(sizeof(TW)) &&
-                               b < next_bytes; b += 64)
-          __builtin_prefetch(reinterpret_cast<const char*>(next) + b, 0, 1);
-        vf xv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) xv[r] = load16(xr[r] + k);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          const vf wv = load16(wc[c] + k);
-#pragma GCC unroll 4
-          for (int r = 0; r < 4; ++r) acc[4 * r + c] += xv[r] * wv;
-        }
+  };
+  const TX* xr[4];
+  const TW* wc[4];
+  if (m_end - m0 <= kDecodeRows) {
+    // Few rows (a decode step): the GEMM streams every weight from DRAM once and would wait on
+    // memory, so columns go outside, and the weight rows kPrefetchRows ahead are fetched into
+    // L2 while a block computes (2x faster in vLLM).
+    for (int64_t n = n0; n < n_end; n += 4) {
+      w_rows(n, wc);
+      const int64_t ahead = std::min(n + kPrefetchRows, N);
+      const int64_t ahead_bytes = (std::min(ahead + 4, N) - ahead) * K * sizeof(TW);
+      for (int64_t m = m0; m < m_end; m += 4) {
+        x_rows(m, xr);
+        linear_block(xr, wc, out + m * N + n, N, K, std::min<int64_t>(4, m_end - m),
+                     std::min<int64_t>(4, n_end - n), w + std::min(ahead, N - 1) * K,
+                     ahead_bytes);
       }
-      if (k_tail) {
-        for (int r = 0; r < 4; ++r) {
-          const vf xv = load16_partial(xr[r] + k_full, k_tail);
-          for (int c = 0; c < 4; ++c)
-            acc[4 * r + c] += xv * load16_partial(wc[c] + k_full, k_tail);
-        }
-      }
-      float sums[kLanes];
-      store16(sums, reduce16x16(acc));
-      for (int r = 0; r < 4 && m + r < m_end; ++r)
-        for (int c = 0; c < 4 && n + c < n_end; ++c)
-          out[(m + r) * N + n + c] = from_float<TO>(sums[4 * r + c]);
+    }
+    return;
+  }
+  for (int64_t m = m0; m < m_end; m += 4) {  // many rows: compute-bound, x rows stay in L1
+    x_rows(m, xr);
+    for (int64_t n = n0; n < n_end; n += 4) {
+      w_rows(n, wc);
+      linear_block(xr, wc, out + m * N + n, N, K, std::min<int64_t>(4, m_end - m),
+                   std::min<int64_t>(4, n_end - n), w, 0);
     }
   }
 }
@@ -373,6 +427,30 @@ struct KeySource {
     const int64_t block = block_table[pos / block_size];
     return k + (((block * 2 + which) * s.kv_heads + h) * block_size + pos % block_size) * s.dim;
   }
+
+  // The key and value rows of positions lo .. lo + n - 1, walking the block table once instead
+  // of dividing by the block size per row.
+  inline __attribute__((always_inline)) void rows(int64_t lo, int64_t n, int64_t h,
+                                                  const AttentionShape& s, const T** k_rows,
+                                                  const T** v_rows) const {
+    if (!block_table) {
+      for (int64_t j = 0; j < n; ++j) {
+        k_rows[j] = k + ((lo + j) * s.kv_heads + h) * s.dim;
+        v_rows[j] = v + ((lo + j) * s.kv_heads + h) * s.dim;
+      }
+      return;
+    }
+    int64_t entry = lo / block_size, offset = lo % block_size;
+    for (int64_t j = 0; j < n; ++j, ++offset) {
+      if (offset == block_size) {
+        ++entry;
+        offset = 0;
+      }
+      const int64_t base = (int64_t{block_table[entry]} * 2 * s.kv_heads + h) * block_size + offset;
+      k_rows[j] = k + base * s.dim;
+      v_rows[j] = k + (base + s.kv_heads * block_size) * s.dim;
+    }
+  }
 };
 
 template <class T>
@@ -385,7 +463,9 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
   std::vector<float> qs(n_rows * D), acc(n_rows * dv * kLanes, 0.0f);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   std::vector<float> run_max(n_rows, neg_inf), run_sum(n_rows, 0.0f);
-  std::vector<float> kt(D * kKeyBlock), vb(kKeyBlock * dv * kLanes, 0.0f);
+  std::vector<float> kt(D * kKeyBlock);
+  const T* vrows[kKeyBlock];  // values are read in place: each row is already contiguous
+  const int64_t d_full = D / kLanes, d_tail = D - d_full * kLanes;
   int64_t last = 0;
   for (int64_t r = 0; r < rows; ++r) {
     last = std::max(last, positions[r]);
@@ -397,16 +477,33 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
   }
   for (int64_t lo = 0; lo <= last; lo += kKeyBlock) {
     const int64_t block_keys = std::min(kKeyBlock, std::min(last + 1, keys.length) - lo);
-    for (int64_t j = 0; j < kKeyBlock; ++j) {
-      float* vrow = vb.data() + j * dv * kLanes;
-      if (j < block_keys) {
-        const T* kr = keys.row(lo + j, 0, h, s);
-        const T* vr = keys.row(lo + j, 1, h, s);
-        for (int64_t d = 0; d < D; ++d) kt[d * kKeyBlock + j] = static_cast<float>(kr[d]);
-        for (int64_t d = 0; d < D; ++d) vrow[d] = static_cast<float>(vr[d]);
-      } else {
-        for (int64_t d = 0; d < D; ++d) kt[d * kKeyBlock + j] = 0.0f;
+    // Keys transposed into kt (dim-major, key lanes), 16 x 16 tiles at a time; keys past the
+    // block's end are zeros.
+    const T* krows[kKeyBlock];
+    keys.rows(lo, block_keys, h, s, krows, vrows);
+    if (lo + kKeyBlock <= last) {  // start fetching the next block's keys and values
+      const int64_t next_keys =
+          std::min(kKeyBlock, std::min(last + 1, keys.length) - lo - kKeyBlock);
+      const T* next_k[kKeyBlock];
+      const T* next_v[kKeyBlock];
+      keys.rows(lo + kKeyBlock, next_keys, h, s, next_k, next_v);
+      for (int64_t j = 0; j < next_keys; ++j)
+        for (int64_t byte = 0; byte < D * static_cast<int64_t>(sizeof(T)); byte += 64) {
+          __builtin_prefetch(reinterpret_cast<const char*>(next_k[j]) + byte);
+          __builtin_prefetch(reinterpret_cast<const char*>(next_v[j]) + byte);
+        }
+    }
+    for (int64_t j0 = 0; j0 < kKeyBlock; j0 += kLanes) {
+      for (int64_t d0 = 0; d0 < d_full * kLanes; d0 += kLanes) {
+        vf tile[kLanes];
+        for (int64_t r = 0; r < kLanes; ++r)
+          tile[r] = j0 + r < block_keys ? load16(krows[j0 + r] + d0) : vf{};
+        transpose16(tile);
+        for (int64_t d = 0; d < kLanes; ++d) store16(kt.data() + (d0 + d) * kKeyBlock + j0, tile[d]);
       }
+      for (int64_t d = d_full * kLanes; d < D; ++d)
+        for (int64_t j = j0; j < j0 + kLanes; ++j)
+          kt[d * kKeyBlock + j] = j < block_keys ? static_cast<float>(krows[j][d]) : 0.0f;
     }
     for (int64_t r = 0; r < rows; ++r) {
       if (positions[r] < lo) continue;  // this block lies wholly in the row's future
@@ -421,28 +518,50 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
 #pragma GCC unroll 4
           for (int c = 0; c < 4; ++c) sc[c] += qd * load16(kd + c * kLanes);
         }
+        vi in_view[4];  // lanes of keys this row may see
+        vf top = splat(neg_inf);
+        for (int c = 0; c < 4; ++c) {
+          in_view[c] = kLaneIndex + static_cast<int32_t>(c * kLanes) <
+                       static_cast<int32_t>(visible);
+          const vf seen = in_view[c] ? sc[c] : splat(neg_inf);
+          top = top > seen ? top : seen;  // a max is exact in any order
+        }
         float block_max = neg_inf;
-        for (int c = 0; c < 4; ++c)
-          for (int i = 0; i < kLanes; ++i)
-            if (c * kLanes + i < visible) block_max = std::max(block_max, lane(sc[c], i));
+        for (int i = 0; i < kLanes; ++i) block_max = std::max(block_max, lane(top, i));
         const float new_max = std::max(run_max[row], block_max);
         const float alpha = exp_scalar(run_max[row] - new_max);
         vf p[4];
-        for (int c = 0; c < 4; ++c) {
-          p[c] = vexp(sc[c] - new_max);
-          for (int i = 0; i < kLanes; ++i)
-            if (c * kLanes + i >= visible) p[c][i] = 0.0f;
-        }
+        for (int c = 0; c < 4; ++c) p[c] = in_view[c] ? vexp(sc[c] - new_max) : vf{};
         const float block_sum = reduce16((p[0] + p[1]) + (p[2] + p[3]));
         run_sum[row] = run_sum[row] * alpha + block_sum;
         run_max[row] = new_max;
+        // pv[c] sums p_j * v_j over the keys in order, one key's weight broadcast at a time.
         float* a = acc.data() + row * dv * kLanes;
-        for (int64_t c = 0; c < dv; ++c) {
-          vf pv = {};
-          for (int64_t j = 0; j < visible; ++j)
-            pv += splat(lane(p[j / kLanes], static_cast<int>(j % kLanes))) *
-                  load16(vb.data() + (j * dv + c) * kLanes);
-          store16(a + c * kLanes, load16(a + c * kLanes) * alpha + pv);
+        float weights[kKeyBlock];
+        for (int c = 0; c < 4; ++c) store16(weights + c * kLanes, p[c]);
+        for (int64_t c0 = 0; c0 < dv; c0 += 4) {
+          const int64_t n_c = std::min<int64_t>(4, dv - c0);
+          vf pv[4] = {};
+          if (n_c == 4 && c0 + 4 <= d_full) {  // whole vectors (head dims that are multiples of 64)
+            for (int64_t j = 0; j < visible; ++j) {
+              const vf pj = splat(weights[j]);
+              const T* vr = vrows[j] + c0 * kLanes;
+#pragma GCC unroll 4
+              for (int c = 0; c < 4; ++c) pv[c] += pj * load16(vr + c * kLanes);
+            }
+          } else {
+            for (int64_t j = 0; j < visible; ++j) {
+              const vf pj = splat(weights[j]);
+              for (int64_t c = 0; c < n_c; ++c) {
+                const T* vr = vrows[j] + (c0 + c) * kLanes;
+                pv[c] += pj * (c0 + c < d_full ? load16(vr) : load16_partial(vr, d_tail));
+              }
+            }
+          }
+          for (int64_t c = 0; c < n_c; ++c) {
+            float* ac = a + (c0 + c) * kLanes;
+            store16(ac, load16(ac) * alpha + pv[c]);
+          }
         }
       }
     }
