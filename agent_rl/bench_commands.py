@@ -49,6 +49,10 @@ def bench_kernels(
     dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
     batch_size: Annotated[int, typer.Option(min=1)] = 8,
     max_tokens: Annotated[int, typer.Option(min=1)] = 64,
+    prompt_tokens: Annotated[int, typer.Option(
+        min=0, help="Prompt length in tokens; 0: a short counting prompt.")] = 0,
+    group_size: Annotated[int, typer.Option(
+        min=1, help="Samples per prompt (n), sharing its cached prefix as an RL group does.")] = 1,
     out: OutOption = None,
 ) -> None:
     """Rollout tokens/s matched vs vLLM's model; learner fwd+bwd tokens/s matched vs transformers."""
@@ -56,7 +60,8 @@ def bench_kernels(
     from agent_rl.model_store import resolve_model
 
     rows = kernels_bench.run(console, resolve_model(model, dtype), dtype=dtype,
-                             batch_size=batch_size, max_tokens=max_tokens)
+                             batch_size=batch_size, max_tokens=max_tokens,
+                             prompt_tokens=prompt_tokens, group_size=group_size)
     _save(rows, out)
 
 
