@@ -421,15 +421,8 @@ struct KeySource {
   const int32_t* block_table;  // nullptr for contiguous
   int64_t block_size, length;
 
-  inline __attribute__((always_inline)) const T* row(int64_t pos, int64_t which, int64_t h,
-                                                     const AttentionShape& s) const {
-    if (!block_table) return (which ? v : k) + (pos * s.kv_heads + h) * s.dim;
-    const int64_t block = block_table[pos / block_size];
-    return k + (((block * 2 + which) * s.kv_heads + h) * block_size + pos % block_size) * s.dim;
-  }
-
   // The key and value rows of positions lo .. lo + n - 1, walking the block table once instead
-  // of dividing by the block size per row.
+  // of dividing by the block size for every row.
   inline __attribute__((always_inline)) void rows(int64_t lo, int64_t n, int64_t h,
                                                   const AttentionShape& s, const T** k_rows,
                                                   const T** v_rows) const {
