@@ -474,18 +474,6 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
     // block's end are zeros.
     const T* krows[kKeyBlock];
     keys.rows(lo, block_keys, h, s, krows, vrows);
-    if (lo + kKeyBlock <= last) {  // start fetching the next block's keys and values
-      const int64_t next_keys =
-          std::min(kKeyBlock, std::min(last + 1, keys.length) - lo - kKeyBlock);
-      const T* next_k[kKeyBlock];
-      const T* next_v[kKeyBlock];
-      keys.rows(lo + kKeyBlock, next_keys, h, s, next_k, next_v);
-      for (int64_t j = 0; j < next_keys; ++j)
-        for (int64_t byte = 0; byte < D * static_cast<int64_t>(sizeof(T)); byte += 64) {
-          __builtin_prefetch(reinterpret_cast<const char*>(next_k[j]) + byte);
-          __builtin_prefetch(reinterpret_cast<const char*>(next_v[j]) + byte);
-        }
-    }
     for (int64_t j0 = 0; j0 < kKeyBlock; j0 += kLanes) {
       for (int64_t d0 = 0; d0 < d_full * kLanes; d0 += kLanes) {
         vf tile[kLanes];
