@@ -105,7 +105,7 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
     - `dataset`: a `datasets.Dataset` or a list of dicts with at least `prompt` and `answer`.
     - `tools`: typed, documented functions (or `Tool`s); the `answer` tool is added.
     - `reward_fn`: a verifier `(answer, task) -> Verdict | float | bool`, or a mapping from the
-      task's `verifier` column to verifiers. Default: `exact`, `numeric`, `unit_tests`.
+      task's `verifier` column to verifiers. Default: `exact`, `numeric`, `yes_no`, `unit_tests`.
     - `system_prompt`, `max_turns` (8), `max_tokens` (None), `count_tokens` (default about
       4 characters per token; pass a tokenizer's count for exact budgets),
       `max_call_chars` (64 Ki characters per call), `max_calls_per_turn` (16; later calls are

@@ -1,7 +1,9 @@
 """Verifiers: turn a final answer into a reward, one per task family.
 
 A verifier is any callable `(answer: str, task: Mapping) -> Verdict | float | bool`. The task
-row's `verifier` column names which one a `ToolEnv` uses: `exact`, `numeric` or `unit_tests`.
+row's `verifier` column names which one a `ToolEnv` uses: `exact`, `numeric`, `yes_no` or
+`unit_tests`. The numeric and yes/no verifiers read a sentence the way a grader would (the last
+number, the first yes or no), so a weak model's right answer in prose still counts.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ __all__ = [
     "normalize_text",
     "numeric_match",
     "parse_number",
+    "yes_no_match",
 ]
 
 logger = logging.getLogger(__name__)
 
 _NUMBER = re.compile(r"[-+]?\d[\d,_]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
 _FENCE = re.compile(r"```[\w+-]*\n?(.*?)```", re.DOTALL)
+_YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,11 @@ def exact_match(answer: str, task: Mapping[str, Any]) -> Verdict:
 
 
 def parse_number(text: str) -> Fraction | None:
-    """A number as an exact Fraction (big integers stay exact), or None if it is not one.
+    """A number as an exact Fraction (big integers stay exact), or None if it has none.
 
-    Thousands separators and underscores are ignored. Text holding exactly one number (e.g.
-    "The answer is 42.") yields that number, which keeps weak models' answers gradable.
+    Thousands separators and underscores are ignored. Text holding several numbers yields the
+    last one, as GSM8K's flexible extraction does: "95 + 53 = 148" is 148, because working shown
+    before a result is how a weak model answers in prose.
     """
     cleaned = normalize_text(text).replace(",", "").replace("_", "").replace(" ", "")
     try:
@@ -92,10 +97,10 @@ def parse_number(text: str) -> Fraction | None:
     except (ValueError, ZeroDivisionError):
         pass
     found = _NUMBER.findall(text)
-    if len(found) != 1:
+    if not found:
         return None
     try:
-        return Fraction(found[0].replace(",", "").replace("_", ""))
+        return Fraction(found[-1].replace(",", "").replace("_", ""))
     except (ValueError, ZeroDivisionError):
         return None
 
@@ -110,7 +115,7 @@ def numeric_match(answer: str, task: Mapping[str, Any], rel_tol: float = 1e-6) -
         )
     seen = parse_number(answer)
     if seen is None:
-        return Verdict(0.0, False, f"no single number in {_short(answer)!r}")
+        return Verdict(0.0, False, f"no number in {_short(answer)!r}")
     if expected.denominator == 1 and seen.denominator == 1:
         correct = seen == expected
     else:
@@ -118,6 +123,22 @@ def numeric_match(answer: str, task: Mapping[str, Any], rel_tol: float = 1e-6) -
     if correct:
         return Verdict(1.0, True, "numeric match")
     return Verdict(0.0, False, f"expected {task['answer']}, got {_short(answer)!r}")
+
+
+def yes_no_match(answer: str, task: Mapping[str, Any]) -> Verdict:
+    """Reward 1 when the answer's first "yes" or "no" is the expected one ("No, 1958 is not")."""
+    expected = normalize_text(str(task["answer"]))
+    if expected not in ("yes", "no"):
+        raise ValueError(
+            f"task {task.get('task_id')!r} has the answer {task['answer']!r} but uses the yes_no "
+            "verifier; set its verifier to 'exact'"
+        )
+    found = _YES_NO.search(answer)
+    if found is None:
+        return Verdict(0.0, False, f"no yes or no in {_short(answer)!r}")
+    if found.group(1).casefold() == expected:
+        return Verdict(1.0, True, "yes/no match")
+    return Verdict(0.0, False, f"expected {expected!r}, got {_short(answer)!r}")
 
 
 def extract_code(answer: str) -> str:
@@ -166,6 +187,7 @@ def default_verifiers(sandbox_config: Any = None) -> dict[str, Verifier]:
     return {
         "exact": exact_match,
         "numeric": numeric_match,
+        "yes_no": yes_no_match,
         "unit_tests": UnitTestVerifier(sandbox_config),
     }
 

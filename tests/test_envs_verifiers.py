@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from envs.spaces import AssistantText, MessagesSpace
-from envs.verifiers import exact_match, extract_code, numeric_match
+from envs.verifiers import exact_match, extract_code, numeric_match, yes_no_match
 
 BIG = "123456789012345678901234567890123456789"
 
@@ -18,6 +18,9 @@ BIG = "123456789012345678901234567890123456789"
         ("1,234,567", "1234567", True),
         ("The answer is 42.", "42", True),
         ("Between 41 and 43", "42", False),
+        ("95 + 53 = 148", "148", True),
+        ("It is 148, not 149", "148", False),
+        ("no digits here", "42", False),
         ("0.30000000000000004", "0.3", True),
         ("-7", "-7", True),
         ("forty-two", "42", False),
@@ -39,6 +42,26 @@ def test_numeric_match_is_exact_for_integers_and_tolerant_for_decimals(given, ex
 )
 def test_exact_match_ignores_case_quotes_spacing_and_a_trailing_period(given, expected, correct):
     assert exact_match(given, {"answer": expected}).correct is correct
+
+
+@pytest.mark.parametrize(
+    "given, expected, correct",
+    [
+        ("No. 1958 is not a leap year.", "no", True),
+        ("yes", "yes", True),
+        ("2020 is a leap year, so the answer is yes.", "yes", True),
+        ("Yes, it is.", "no", False),
+        ("It is a leap year.", "yes", False),
+        ("Nobody knows", "no", False),
+    ],
+)
+def test_yes_no_match_takes_the_first_yes_or_no_word(given, expected, correct):
+    assert yes_no_match(given, {"answer": expected}).correct is correct
+
+
+def test_yes_no_verifier_on_another_answer_says_how_to_fix_it():
+    with pytest.raises(ValueError, match="set its verifier to 'exact'"):
+        yes_no_match("yes", {"task_id": "t", "answer": "Paris"})
 
 
 def test_numeric_verifier_on_a_non_numeric_task_says_how_to_fix_it():

@@ -1,6 +1,6 @@
 """Task sets as `datasets.Dataset`s: the shipped categories, or a user's JSONL/parquet file.
 
-Columns: `task_id`, `category`, `prompt`, `answer`, `verifier` (`exact`, `numeric` or
+Columns: `task_id`, `category`, `prompt`, `answer`, `verifier` (`exact`, `numeric`, `yes_no` or
 `unit_tests`) and `extra` (a JSON string, e.g. the unit tests of a code task).
 """
 

@@ -194,7 +194,7 @@ def dates_task(rng: random.Random) -> Task:
         year = rng.randint(1600, 2400)
         return make_task(
             "dates", f"Is {year} a leap year? Answer yes or no.",
-            "yes" if calendar.isleap(year) else "no", "exact",
+            "yes" if calendar.isleap(year) else "no", "yes_no",
             f"import calendar\nprint('yes' if calendar.isleap({year}) else 'no')",
         )
     year, month = rng.randint(1900, 2100), rng.randint(1, 12)
