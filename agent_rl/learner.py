@@ -110,14 +110,14 @@ class MatchedPolicy:
             ) from err
         self.module = MatchedLlama.from_pretrained(model_dir, dtype=getattr(torch, dtype))
         self.module.activation_checkpointing = checkpointing
-        if temperature != 1.0:
-            raise LearnerError(
-                f"temperature {temperature} with matched kernels: MatchedLlama.token_logprobs "
-                "computes temperature-1 logprobs only; sample at temperature 1.0"
-            )
+        self.temperature = temperature
 
     def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.module.token_logprobs(input_ids)
+        return self.module.token_logprobs(input_ids, self.temperature)
+
+    def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: list[torch.Tensor]
+                               ) -> list[torch.Tensor]:
+        return self.module.shared_prefix_logprobs(prefix, suffixes, self.temperature)
 
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
         # MatchedLlama names its parameters like HF's LlamaModel, without the "model." prefix.
@@ -308,7 +308,7 @@ class Learner:
             with torch.set_grad_enabled(run[0].needs_grad):
                 prefix = self._shared_prefix_length(run)
                 if prefix:
-                    rows = self.policy.module.shared_prefix_logprobs(
+                    rows = self.policy.shared_prefix_logprobs(
                         run[0].token_ids[:prefix], [sample.token_ids[prefix:] for sample in run]
                     )
                     for sample, logprobs in zip(run, rows, strict=True):
@@ -325,7 +325,7 @@ class Learner:
             len(run) < 2
             or not self.settings.share_prompt
             or self.settings.activation_checkpointing
-            or not hasattr(self.policy.module, "shared_prefix_logprobs")
+            or not hasattr(self.policy, "shared_prefix_logprobs")
         ):
             return 0
         limit = min(int(sample.model_positions.min()) for sample in run

@@ -233,17 +233,17 @@ class MatchedLlama(nn.Module):
         """fp32 logits for every position: (T,) -> (T, V) or (B, T) -> (B, T, V)."""
         return ops.lm_head_logits(self._sequence_hidden(input_ids), self.lm_head_weight)
 
-    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def token_logprobs(self, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
         """Log-prob of each next token, fp32: (T,) -> (T-1,), (B, T) -> (B, T-1).
 
-        Row t is log p(input_ids[t+1] | input_ids[:t+1]), computed with the fp32 lm_head and
-        fp32 log-softmax the rollout's sampler uses.
+        Row t is log p(input_ids[t+1] | input_ids[:t+1]) at the sampling temperature, computed
+        with the fp32 lm_head and fp32 log-softmax the rollout's sampler uses.
         """
         hidden = self._sequence_hidden(input_ids)[..., :-1, :]
-        return ops.lm_head_logprobs(hidden, self.lm_head_weight, input_ids[..., 1:])
+        return ops.lm_head_logprobs(hidden, self.lm_head_weight, input_ids[..., 1:], temperature)
 
-    def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: Sequence[torch.Tensor]
-                               ) -> list[torch.Tensor]:
+    def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: Sequence[torch.Tensor],
+                               temperature: float = 1.0) -> list[torch.Tensor]:
         """`token_logprobs(cat(prefix, suffix))[len(prefix):]` for each suffix, bit for bit, with
         the prefix run once: G responses to one prompt cost one prompt, not G.
 
@@ -284,6 +284,6 @@ class MatchedLlama(nn.Module):
         hidden = self.hidden_states(torch.cat(list(suffixes)), positions, attend_suffixes)
         rows = torch.cat([h[:-1] for h in hidden.split(lengths)])
         targets = torch.cat([suffix[1:] for suffix in suffixes])
-        logprobs = ops.lm_head_logprobs(rows, self.lm_head_weight, targets)
+        logprobs = ops.lm_head_logprobs(rows, self.lm_head_weight, targets, temperature)
         return list(logprobs.split([n - 1 for n in lengths]))
 

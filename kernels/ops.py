@@ -142,9 +142,18 @@ def lm_head_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def lm_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor,
-                     targets: torch.Tensor | None = None) -> torch.Tensor:
-    """fp32 lm_head then fp32 log-softmax; with targets, the log-prob of each target token."""
-    logprobs = lm_head_logits(hidden, weight).log_softmax(dim=-1, dtype=torch.float32)
+                     targets: torch.Tensor | None = None, temperature: float = 1.0
+                     ) -> torch.Tensor:
+    """fp32 lm_head, divided by the temperature, then fp32 log-softmax; with targets, the
+    log-prob of each target token.
+
+    vLLM's sampler divides fp32 logits by an fp32 temperature tensor; dividing by the same fp32
+    value (not multiplying by its reciprocal) gives the same correctly rounded quotients.
+    """
+    logits = lm_head_logits(hidden, weight)
+    if temperature != 1.0:
+        logits = logits / torch.tensor([temperature], dtype=torch.float32)
+    logprobs = logits.log_softmax(dim=-1, dtype=torch.float32)
     if targets is None:
         return logprobs
     return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

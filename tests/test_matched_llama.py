@@ -84,16 +84,18 @@ def test_activation_checkpointing_keeps_the_gradients_bit_for_bit(tiny_model: Pa
     assert [name for name in plain if not torch.equal(plain[name], recomputed[name])] == []
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_shared_prefix_logprobs_equal_full_sequences_bitwise(tiny_model: Path, dtype: str,
-                                                            token_ids: torch.Tensor) -> None:
+@pytest.mark.parametrize("dtype, temperature", [("float32", 1.0), ("bfloat16", 1.0),
+                                                ("float32", 0.7)])
+def test_shared_prefix_logprobs_equal_full_sequences_bitwise(
+    tiny_model: Path, dtype: str, temperature: float, token_ids: torch.Tensor
+) -> None:
     model = MatchedLlama.from_pretrained(tiny_model, dtype=dtype)
     prefix = token_ids[:67]  # crosses a 64-key attention block
     suffixes = [token_ids[70:75], token_ids[40:90], token_ids[10:12]]
     with torch.no_grad():
-        shared = model.shared_prefix_logprobs(prefix, suffixes)
+        shared = model.shared_prefix_logprobs(prefix, suffixes, temperature)
         for suffix, rows in zip(suffixes, shared, strict=True):
-            full = model.token_logprobs(torch.cat([prefix, suffix]))
+            full = model.token_logprobs(torch.cat([prefix, suffix]), temperature)
             assert torch.equal(rows, full[prefix.shape[0]:])
 
 

@@ -50,10 +50,10 @@ def engine_and_learner(request, tiny_model: Path, tmp_path_factory):
 
 
 def _max_abs_diff(llm, learner: MatchedLlama, prompts: list[str], max_tokens: int,
-                  cached_tokens: list[int] | None = None) -> float:
+                  cached_tokens: list[int] | None = None, temperature: float = 1.0) -> float:
     from vllm import SamplingParams
 
-    params = SamplingParams(logprobs=0, temperature=1.0, max_tokens=max_tokens, seed=3,
+    params = SamplingParams(logprobs=0, temperature=temperature, max_tokens=max_tokens, seed=3,
                             ignore_eos=True)
     worst = 0.0
     for out in llm.generate(prompts, params, use_tqdm=False):
@@ -64,7 +64,7 @@ def _max_abs_diff(llm, learner: MatchedLlama, prompts: list[str], max_tokens: in
         behavior = torch.tensor([step[token].logprob for step, token in
                                  zip(completion.logprobs, completion.token_ids, strict=True)])
         with torch.no_grad():
-            recomputed = learner.token_logprobs(ids)[len(out.prompt_token_ids) - 1:]
+            recomputed = learner.token_logprobs(ids, temperature)[len(out.prompt_token_ids) - 1:]
         assert recomputed.shape == behavior.shape
         worst = max(worst, (recomputed - behavior).abs().max().item())
     return worst
@@ -78,6 +78,12 @@ def test_vllm_sampled_logprobs_equal_learner_recompute_at_batch_1(engine_and_lea
 def test_vllm_sampled_logprobs_equal_learner_recompute_at_batch_8(engine_and_learner) -> None:
     llm, learner = engine_and_learner
     assert _max_abs_diff(llm, learner, PROMPTS, max_tokens=24) == 0.0
+
+
+def test_logprobs_at_temperature_0_7_equal_learner_recompute(engine_and_learner) -> None:
+    # The sampler divides the logits by the temperature; the learner must divide the same way.
+    llm, learner = engine_and_learner
+    assert _max_abs_diff(llm, learner, PROMPTS, max_tokens=16, temperature=0.7) == 0.0
 
 
 def test_a_group_sharing_its_prompt_samples_learner_exact_logprobs(engine_and_learner) -> None:
