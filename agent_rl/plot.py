@@ -24,11 +24,13 @@ SMOOTH_WINDOW = 10  # updates in the reward chart's running mean
 
 
 def reward_blocks(records: list[dict], block: int) -> list[dict]:
-    """Reward over consecutive blocks of `block` updates, each response weighted once.
+    """Reward over consecutive blocks of `block` updates, each response weighted once, with the
+    block's flat groups and its worst IS weights and lag.
 
     One update's own reward is noisy (a few groups); a block mean is what says whether training
     raised the reward. Dynamic sampling's flat groups are in `charts/responses` too, so a block
-    covers every response generated in it.
+    covers every response generated in it. The IS and lag columns say whether the rise came
+    with bounded corrections.
     """
     rows = []
     for start in range(0, len(records), block):
@@ -37,8 +39,17 @@ def reward_blocks(records: list[dict], block: int) -> list[dict]:
         if not chunk or not responses:
             continue
         total = sum(r["charts/reward_mean"] * r.get("charts/responses", 1) for r in chunk)
-        rows.append({"first": chunk[0]["step"], "last": chunk[-1]["step"],
-                     "responses": responses, "reward_mean": total / responses})
+        rows.append({
+            "first": chunk[0]["step"], "last": chunk[-1]["step"], "responses": responses,
+            "reward_mean": total / responses,
+            "groups": sum(r.get("charts/groups", 0) for r in chunk),
+            "flat_groups": sum(r.get("charts/zero_variance_groups", 0) for r in chunk),
+            "is_max": max((r["is/max"] for r in chunk if "is/max" in r), default=None),
+            "is_max_over_median": max(
+                (r["is/max_over_median"] for r in chunk if "is/max_over_median" in r),
+                default=None),
+            "lag_max": max((r["lag/max"] for r in chunk if "lag/max" in r), default=None),
+        })
     return rows
 
 

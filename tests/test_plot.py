@@ -13,19 +13,26 @@ from agent_rl.plot import plot_run, reward_blocks
 def _records() -> list[dict]:
     # Update 1 saw 4 responses (flat groups charted with it), the others 2 each.
     rewards = [(0.0, 4), (1.0, 2), (0.5, 2), (1.0, 2)]
-    return [{"step": i + 1, "charts/reward_mean": reward, "charts/responses": responses}
+    return [{"step": i + 1, "charts/reward_mean": reward, "charts/responses": responses,
+             "charts/groups": responses // 2, "charts/zero_variance_groups": responses // 4,
+             "is/max": 1.0 + i / 10, "is/max_over_median": 1.0 + i / 5, "lag/max": i}
             for i, (reward, responses) in enumerate(rewards)]
 
 
-def test_reward_blocks_weight_each_response_once() -> None:
+def test_reward_blocks_weight_each_response_once_and_keep_the_worst_corrections() -> None:
     rows = reward_blocks(_records(), block=2)
     assert [(r["first"], r["last"], r["responses"]) for r in rows] == [(1, 2, 6), (3, 4, 4)]
     assert rows[0]["reward_mean"] == pytest.approx(2 / 6)
     assert rows[1]["reward_mean"] == pytest.approx(0.75)
+    assert [(r["groups"], r["flat_groups"], r["lag_max"]) for r in rows] == [(3, 1, 1), (2, 0, 3)]
+    assert rows[0]["is_max"] == pytest.approx(1.1)
+    assert rows[1]["is_max_over_median"] == pytest.approx(1.6)
 
 
 def test_plot_run_writes_the_reward_chart_with_a_running_mean(tmp_path: Path) -> None:
-    records = [dict(r, step=i + 1) for i, r in enumerate(_records() * 6)]
+    keys = ("charts/reward_mean", "charts/responses")
+    records = [{"step": i + 1, **{key: r[key] for key in keys}}
+               for i, r in enumerate(_records() * 6)]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     written = plot_run(tmp_path)
     assert [p.name for p in written] == ["reward.png"] and written[0].stat().st_size > 0
