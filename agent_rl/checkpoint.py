@@ -42,7 +42,6 @@ class RunState:
     in_flight_task_indices: list[int] = field(default_factory=list)
     queued_groups: list[Group] = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
-    metrics_step: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,7 +49,6 @@ class RunState:
             "in_flight_task_indices": sorted(self.in_flight_task_indices),
             "queued_groups": [_group_to_dict(group) for group in self.queued_groups],
             "ledger": self.ledger.to_dict(),
-            "metrics_step": self.metrics_step,
         }
 
     @classmethod
@@ -60,7 +58,6 @@ class RunState:
             in_flight_task_indices=list(data["in_flight_task_indices"]),
             queued_groups=[_group_from_dict(group) for group in data["queued_groups"]],
             ledger=Ledger.from_dict(data["ledger"]),
-            metrics_step=data["metrics_step"],
         )
 
 

@@ -5,7 +5,8 @@ One update reads top to bottom in `Learner.train_step`: advantages per group, sa
 token-budget micro-batches, a forward and backward per micro-batch (gradients accumulate), the
 pre-clip gradient norm, the optimizer step, the version bump. The model is the matched-kernel
 Llama (`kernels.llama.MatchedLlama`) so that at lag 0 the learner's logprobs equal the rollout's
-bit for bit, or plain transformers in fp32 with an fp32 log_softmax when matched kernels are off.
+bit for bit, or plain transformers (in the run's dtype, its log_softmax in fp32) when matched
+kernels are off.
 """
 
 from __future__ import annotations

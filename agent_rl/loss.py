@@ -45,11 +45,14 @@ def importance_weights(
     """Per-token weights p_learner / p_behavior, differentiable through the learner logprobs.
 
     With `is_level="sequence"` every token of the response gets the same weight, the likelihood
-    ratio of the whole response, exp(sum_t log-ratio).
+    ratio of the whole response, exp(sum_t log-ratio); its gradient on token t is that weight
+    times d logp_t, so the response's mean over tokens stays a mean and a lag-0 step equals the
+    token-level one (the plain exp(sum) would scale a response's gradient by its length).
     """
     log_ratio = learner_logprobs - behavior_logprobs
     if is_level == "sequence":
-        log_ratio = log_ratio.sum().expand_as(log_ratio)
+        sequence = torch.exp(log_ratio.sum().detach())
+        return sequence * torch.exp(log_ratio - log_ratio.detach())
     return torch.exp(log_ratio)
 
 

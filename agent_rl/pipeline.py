@@ -241,7 +241,8 @@ def check_env_kwargs(config: TrainConfig) -> None:
 
 
 def init_ray(config: TrainConfig) -> bool:
-    """Join `ray_address` or start a local Ray; True if we started it (and must shut it down).
+    """Join `ray_address` or start a local Ray; True if this call connected (so the run must
+    disconnect when it ends), False if Ray was already up in this process.
 
     ray.init retries an unreachable address for minutes; a plain TCP probe fails in seconds.
     """
@@ -630,7 +631,11 @@ class Pipeline:
 
     def _update(self, batch: list[Group]) -> None:
         update_start = time.perf_counter()
-        metrics = self.learner.train_step(batch)
+        try:
+            metrics = self.learner.train_step(batch)
+        except BaseException:
+            self.queue[:0] = batch  # not trained: the ledger must still find them queued
+            raise
         ledger = self.state.ledger
         for group, flat in zip(batch, _flat_groups(batch), strict=True):
             ledger.record_trained(group.group_id, zero_variance=flat)
@@ -725,7 +730,6 @@ class Pipeline:
         if KILL_ACTOR in due:
             self.kill_actor_pending = True
         if KILL_LEARNER in due:
-            self.status = f"learner killed after update {self.learner.version}"
             raise LearnerKilled(
                 f"fault injected: the learner died after update {self.learner.version}; run "
                 f"again on {self.run_dir} to resume from its last checkpoint"

@@ -60,8 +60,19 @@ def test_sequence_level_weight_is_the_sequence_likelihood_ratio() -> None:
     loss, grads = _example(LossSettings(is_level="sequence"))
     # Response 1: one weight exp(log 2 + 0) = 2 on both tokens -> mean(w A) = 1.0
     assert loss.item() == pytest.approx(-(1.0 - 0.5) / 2, abs=1e-12)
-    # d/dlogp_t of -(1/2) * w * A with w = exp(sum logp - sum behavior): -(1/2) * 2 * 0.5
-    torch.testing.assert_close(grads[0], torch.tensor([-0.5, -0.5], dtype=torch.float64))
+    # Token t's gradient is w * d logp_t, averaged over the response's 2 tokens like token IS:
+    # -(1/2) * (1/2) * 2 * 0.5 on each.
+    torch.testing.assert_close(grads[0], torch.tensor([-0.25, -0.25], dtype=torch.float64))
+
+
+def test_sequence_level_step_at_lag_0_equals_the_token_level_step() -> None:
+    learner = torch.tensor([-1.0, -0.5, -2.0], dtype=torch.float64, requires_grad=True)
+    grads = []
+    for level in ("token", "sequence"):
+        learner.grad = None
+        reinforce_loss([learner], [learner.detach()], [0.7], LossSettings(is_level=level)).backward()
+        grads.append(learner.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])
 
 
 def test_k3_kl_is_zero_on_policy_and_positive_off_policy() -> None:
