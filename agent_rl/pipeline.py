@@ -712,9 +712,18 @@ class Pipeline:
         self.faults.recovered[DELAY_BROADCAST] += 1
 
     def _wait_for_acks(self) -> None:
+        """Until every actor has loaded the newest weights; a hung load stops the run after
+        stall_timeout_s instead of holding it forever."""
         self._send_due_broadcast(wait=True)
         while self.pending_updates or self.restoring:
             ref = next(iter(self.pending_updates or self.restoring))
+            ready, _ = self.ray.wait([ref], timeout=self.config.stall_timeout_s)
+            if not ready:
+                raise PipelineError(
+                    f"a rollout actor has not loaded weights v{self.learner.version} within "
+                    f"{self.config.stall_timeout_s:.0f}s; raise stall_timeout_s or check the "
+                    "rollout actors' logs"
+                )
             if ref in self.pending_updates:
                 self._acknowledge(ref)
             else:
@@ -746,14 +755,24 @@ class Pipeline:
         self.ray.kill(self.actors[actor], no_restart=False)
 
     def _evaluate(self) -> dict[str, float]:
-        """Mean reward of one episode on each of `eval_tasks` held-out tasks (not trained on)."""
+        """Mean reward of one episode on each of `eval_tasks` held-out tasks (not trained on).
+
+        The actors load the current weights first, so the figure belongs to this version; each
+        task keeps its seed from one evaluation to the next, and an episode the env broke has no
+        verdict, so it is counted apart rather than as a reward of 0.
+        """
+        self._wait_for_acks()
         rows = load_task_rows(self.config, self.config.eval_split)[: self.config.eval_tasks]
         refs = [
-            self.actors[i % len(self.actors)].generate_group.remote(row, 1)
+            self.actors[i % len(self.actors)].generate_group.remote(row, 1, group_seed=i)
             for i, row in enumerate(rows)
         ]
-        rewards = [t.reward for group in self.ray.get(refs) for t in group.trajectories]
-        return {"eval/reward_mean": sum(rewards) / len(rewards)}
+        episodes = [t for group in self.ray.get(refs) for t in group.trajectories]
+        rewards = [t.reward for t in episodes if t.end_reason != END_ENV_ERROR]
+        return {
+            "eval/reward_mean": sum(rewards) / len(rewards) if rewards else float("nan"),
+            "eval/env_errors": len(episodes) - len(rewards),
+        }
 
     def _checkpoint(self) -> None:
         self.state.queued_groups = list(self.queue)

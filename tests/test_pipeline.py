@@ -78,7 +78,8 @@ def _config(out_dir: Path, **overrides: object) -> TrainConfig:
 def async_run(local_ray, tmp_path_factory) -> tuple[RunSummary, list[dict]]:
     out_dir = tmp_path_factory.mktemp("async_run")
     seen: list[dict] = []
-    config = _config(out_dir, mode="async", max_lag=3, num_updates=5, checkpoint_every=2)
+    config = _config(out_dir, mode="async", max_lag=3, num_updates=5, checkpoint_every=2,
+                     eval_every=5, eval_tasks=2)
     return train(config, on_update=seen.append), seen
 
 
@@ -96,6 +97,9 @@ def test_async_run_trains_at_lag_above_one_within_max_lag(async_run) -> None:
         assert record["is/tokens"] > 0
     assert {p.name for p in summary.plots} >= {"importance_weights.png", "lag.png"}
     assert (summary.run_dir / "config.yaml").exists()
+    # The held-out evaluation at update 5 ran on that version's weights, every episode graded.
+    assert "eval/reward_mean" not in records[3] and records[4]["eval/env_errors"] == 0
+    assert 0.0 <= records[4]["eval/reward_mean"] <= 1.0
 
 
 @pytest.mark.slow
