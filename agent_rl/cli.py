@@ -219,7 +219,7 @@ def plot_command(
 
     for path in plot_run(run_dir):
         console.print(f"wrote {path}")
-    table = Table("updates", "responses", "reward mean", "flat groups", "IS max",
+    table = Table("updates", "responses", "reward mean", "flat/groups", "IS max",
                   "IS max/median", "lag max")
 
     def cell(value: float | None, spec: str) -> str:
@@ -227,7 +227,7 @@ def plot_command(
 
     for row in reward_blocks(read_metrics(run_dir), block):
         table.add_row(f"{row['first']}-{row['last']}", str(row["responses"]),
-                      f"{row['reward_mean']:.3f}", f"{row['flat_groups']} of {row['groups']}",
+                      f"{row['reward_mean']:.3f}", f"{row['flat_groups']}/{row['groups']}",
                       cell(row["is_max"], ".3f"), cell(row["is_max_over_median"], ".3f"),
                       cell(row["lag_max"], "d"))
     console.print(table)
