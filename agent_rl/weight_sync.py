@@ -2,10 +2,11 @@
 
 The learner publishes a state dict of its (CPU) weight tensors, under HF parameter names,
 through Ray's object store; the actor writes it as a safetensors folder on tmpfs and has the
-engine reload from that folder while generation is paused. A folder, not tensors, because AsyncLLM runs its engine core in
-a child process and tensors passed to `collective_rpc("reload_weights", weights_iterator=...)` do
-not survive that trip in vLLM 0.32 (they arrive as lists: "'list' object has no attribute
-'dtype'"); writing and reading a 135M fp32 checkpoint on tmpfs takes well under a second.
+engine reload from that folder while generation is paused. A folder, not tensors, because
+AsyncLLM runs its engine core in a child process and tensors passed to
+`collective_rpc("reload_weights", weights_iterator=...)` do not survive that trip in vLLM 0.32
+(they arrive as lists: "'list' object has no attribute 'dtype'"); writing and reading a 135M
+fp32 checkpoint on tmpfs takes well under a second.
 """
 
 from __future__ import annotations
