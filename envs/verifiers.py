@@ -35,6 +35,7 @@ __all__ = [
 _NUMBER = re.compile(
     r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+(?:_\d+)*)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+"
 )
+_RATIO = re.compile(r"[-+]?\d+\s*/\s*\d+")  # "1/2" as a whole answer
 _FENCE = re.compile(r"```[\w+-]*\n?(.*?)```", re.DOTALL)
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 
@@ -92,16 +93,13 @@ def parse_number(text: str) -> Fraction | None:
     before a result is how a weak model answers in prose.
     """
     cleaned = normalize_text(text)
-    if _NUMBER.fullmatch(cleaned) or re.fullmatch(r"[-+]?\d+\s*/\s*\d+", cleaned):
-        try:
-            return Fraction(cleaned.replace(",", "").replace("_", "").replace(" ", ""))
-        except (ValueError, ZeroDivisionError):
+    if not (_NUMBER.fullmatch(cleaned) or _RATIO.fullmatch(cleaned)):
+        found = _NUMBER.findall(text)
+        if not found:
             return None
-    found = _NUMBER.findall(text)
-    if not found:
-        return None
+        cleaned = found[-1]
     try:
-        return Fraction(found[-1].replace(",", "").replace("_", ""))
+        return Fraction(cleaned.replace(",", "").replace("_", "").replace(" ", ""))
     except (ValueError, ZeroDivisionError):
         return None
 
