@@ -105,7 +105,7 @@ def test_compiled_ops_match_float64_reference(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("dim", [32, 40])
+@pytest.mark.parametrize("dim", [32, 40, 64, 80])
 def test_compiled_attention_matches_float64_reference(dtype: torch.dtype, dim: int) -> None:
     q, k, v = qkv(300, heads=6, dim=dim)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
@@ -115,7 +115,7 @@ def test_compiled_attention_matches_float64_reference(dtype: torch.dtype, dim: i
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("dim", [32, 40])
+@pytest.mark.parametrize("dim", [32, 40, 64, 80])
 def test_compiled_decode_matches_teacher_forcing_bitwise(dtype: torch.dtype, dim: int) -> None:
     q, k, v = (t.to(dtype) for t in qkv(200, heads=6, dim=dim))
     positions = [0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 150, 199]

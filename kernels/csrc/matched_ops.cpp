@@ -185,7 +185,9 @@ MATCHED_INLINE void linear_block(const TX* const* xr, const TW* const* wc, TO* o
                                  int64_t ahead_bytes) {
   const int64_t k_full = K / kLanes * kLanes, k_tail = K - k_full;
   constexpr int64_t kStepBytes = kLanes * 4 * static_cast<int64_t>(sizeof(TW));
-  vf acc[16] = {};  // acc[4 * r + c]: row r, column c
+  vf acc[16];  // acc[4 * r + c]: row r, column c; zeroed lane-wise so it stays in registers
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = vf{};
   for (int64_t k = 0; k < k_full; k += kLanes) {
     const int64_t line = k * 4 * static_cast<int64_t>(sizeof(TW));
     for (int64_t b = line; b < line + kStepBytes && b < ahead_bytes; b += 64)
@@ -201,8 +203,10 @@ MATCHED_INLINE void linear_block(const TX* const* xr, const TW* const* wc, TO* o
     }
   }
   if (k_tail) {
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       const vf xv = load16_partial(xr[r] + k_full, k_tail);
+#pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) acc[4 * r + c] += xv * load16_partial(wc[c] + k_full, k_tail);
     }
   }
@@ -401,11 +405,12 @@ at::Tensor silu_and_mul(const at::Tensor& g_in, const at::Tensor& u_in) {
 
 // ---------------------------------------------------------------------------------------------
 // Attention. One task: a tile of up to kQueryTile consecutive queries of one sequence and one
-// KV head, with the query heads that share it. Key blocks of kKeyBlock absolute positions are
-// gathered once per task (keys transposed), and every (query, head) row then runs the same
-// online softmax over the blocks up to its own position, touching only keys <= its position.
-// A row's operations therefore depend on its position and its keys only: a decode step and a
-// teacher-forced pass give the same bits.
+// KV head, with the query heads that share it. Keys and values are read in place, in blocks of
+// kKeyBlock absolute positions, and every (query, head) row runs the same online softmax over
+// the blocks up to its own position. A score is a dot product summed like a GEMM entry (16
+// lanes over the head dim, then the fixed tree); a value sum adds the keys in order. A row's
+// operations therefore depend on its position and its keys only: a decode step and a
+// teacher-forced pass give the same bits, however rows are grouped to share loads.
 
 struct AttentionShape {
   int64_t heads, kv_heads, dim;
@@ -446,6 +451,99 @@ struct KeySource {
   }
 };
 
+// Scores of one query row against 16 keys: lane j is dot(q, key j) summed the way every GEMM
+// entry here is (16 lanes over the head dim, then the fixed tree), so the keys are read in
+// place, row by row, and never transposed.
+template <class T>
+MATCHED_INLINE vf key_scores16(const float* qr, const T* const* krows, int64_t D) {
+  const int64_t d_full = D / kLanes * kLanes, d_tail = D - d_full;
+  vf acc[kLanes];
+#pragma GCC unroll 16
+  for (int j = 0; j < kLanes; ++j) acc[j] = vf{};
+  int64_t d = 0;
+  // Four query vectors stay in registers while each key row streams past them, so only one
+  // key pointer is live at a time; lane l of acc[j] still adds d = l, l + 16, ... in order.
+  for (; d + 4 * kLanes <= d_full; d += 4 * kLanes) {
+    vf qv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) qv[c] = load16(qr + d + c * kLanes);
+#pragma GCC unroll 16
+    for (int j = 0; j < kLanes; ++j) {
+      const T* kr = krows[j] + d;
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[j] += qv[c] * load16(kr + c * kLanes);
+    }
+  }
+  for (; d < d_full; d += kLanes) {
+    const vf qv = load16(qr + d);
+#pragma GCC unroll 16
+    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load16(krows[j] + d);
+  }
+  if (d_tail) {
+    const vf qv = load16_partial(qr + d_full, d_tail);
+#pragma GCC unroll 16
+    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load16_partial(krows[j] + d_full, d_tail);
+  }
+  return reduce16x16(acc);
+}
+
+// pv[r] += sum over keys j in [begin, end) of p[r][j] * v_j, in key order, for NR rows at once,
+// so each value vector is loaded once for all of them. The rows may belong to different
+// queries: each row's sum is the same sequence of adds whichever rows share its loads.
+template <int NR, class T>
+MATCHED_INLINE void value_sums(float* const* pv, const float* const* weights,
+                               const T* const* vrows, int64_t begin, int64_t end, int64_t D) {
+  const int64_t dv = (D + kLanes - 1) / kLanes, d_full = D / kLanes, d_tail = D - d_full * kLanes;
+  for (int64_t c0 = 0; c0 < dv; c0 += 4) {
+    if (c0 + 4 <= d_full) {  // four whole vectors (head dims that are multiples of 64)
+      vf sum[NR][4];
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) sum[r][c] = load16(pv[r] + (c0 + c) * kLanes);
+      for (int64_t j = begin; j < end; ++j) {
+        const T* vr = vrows[j] + c0 * kLanes;
+        vf vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) vv[c] = load16(vr + c * kLanes);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; ++r) {
+          const vf pj = splat(weights[r][j]);
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c) sum[r][c] += pj * vv[c];
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) store16(pv[r] + (c0 + c) * kLanes, sum[r][c]);
+      continue;
+    }
+    const int64_t n_c = std::min<int64_t>(4, dv - c0);
+    for (int r = 0; r < NR; ++r)
+      for (int64_t c = 0; c < n_c; ++c) {
+        float* out = pv[r] + (c0 + c) * kLanes;
+        vf sum = load16(out);
+        for (int64_t j = begin; j < end; ++j) {
+          const T* vr = vrows[j] + (c0 + c) * kLanes;
+          sum += splat(weights[r][j]) * (c0 + c < d_full ? load16(vr) : load16_partial(vr, d_tail));
+        }
+        store16(out, sum);
+      }
+  }
+}
+
+template <class T>
+MATCHED_INLINE void value_sums_n(int64_t n, float* const* pv, const float* const* weights,
+                                 const T* const* vrows, int64_t begin, int64_t end, int64_t D) {
+  switch (n) {
+    case 4: value_sums<4>(pv, weights, vrows, begin, end, D); break;
+    case 3: value_sums<3>(pv, weights, vrows, begin, end, D); break;
+    case 2: value_sums<2>(pv, weights, vrows, begin, end, D); break;
+    default: value_sums<1>(pv, weights, vrows, begin, end, D); break;
+  }
+}
+
 template <class T>
 MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const int64_t* positions,
                                 int64_t rows, int64_t h, const KeySource<T>& keys,
@@ -454,11 +552,12 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
   const int64_t dv = (D + kLanes - 1) / kLanes;  // 16-lane vectors per head row
   const int64_t n_rows = rows * group;
   std::vector<float> qs(n_rows * D), acc(n_rows * dv * kLanes, 0.0f);
+  std::vector<float> weights(n_rows * kKeyBlock), pv(n_rows * dv * kLanes);
+  std::vector<int64_t> visible_of(n_rows), active(n_rows);
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  std::vector<float> run_max(n_rows, neg_inf), run_sum(n_rows, 0.0f);
-  std::vector<float> kt(D * kKeyBlock);
-  const T* vrows[kKeyBlock];  // values are read in place: each row is already contiguous
-  const int64_t d_full = D / kLanes, d_tail = D - d_full * kLanes;
+  std::vector<float> run_max(n_rows, neg_inf), run_sum(n_rows, 0.0f), alpha(n_rows);
+  const T* krows[kKeyBlock];
+  const T* vrows[kKeyBlock];  // keys and values are read in place: each row is contiguous
   int64_t last = 0;
   for (int64_t r = 0; r < rows; ++r) {
     last = std::max(last, positions[r]);
@@ -470,80 +569,66 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
   }
   for (int64_t lo = 0; lo <= last; lo += kKeyBlock) {
     const int64_t block_keys = std::min(kKeyBlock, std::min(last + 1, keys.length) - lo);
-    // Keys transposed into kt (dim-major, key lanes), 16 x 16 tiles at a time; keys past the
-    // block's end are zeros.
-    const T* krows[kKeyBlock];
     keys.rows(lo, block_keys, h, s, krows, vrows);
-    for (int64_t j0 = 0; j0 < kKeyBlock; j0 += kLanes) {
-      for (int64_t d0 = 0; d0 < d_full * kLanes; d0 += kLanes) {
-        vf tile[kLanes];
-        for (int64_t r = 0; r < kLanes; ++r)
-          tile[r] = j0 + r < block_keys ? load16(krows[j0 + r] + d0) : vf{};
-        transpose16(tile);
-        for (int64_t d = 0; d < kLanes; ++d) store16(kt.data() + (d0 + d) * kKeyBlock + j0, tile[d]);
-      }
-      for (int64_t d = d_full * kLanes; d < D; ++d)
-        for (int64_t j = j0; j < j0 + kLanes; ++j)
-          kt[d * kKeyBlock + j] = j < block_keys ? static_cast<float>(krows[j][d]) : 0.0f;
-    }
+    // Slots past the block's end repeat its last key; their scores are masked below.
+    for (int64_t j = block_keys; j < kKeyBlock; ++j) krows[j] = krows[block_keys - 1];
     for (int64_t r = 0; r < rows; ++r) {
       if (positions[r] < lo) continue;  // this block lies wholly in the row's future
       const int64_t visible = std::min(kKeyBlock, positions[r] - lo + 1);
+      const int64_t n_groups = (visible + kLanes - 1) / kLanes;
       for (int64_t g = 0; g < group; ++g) {
         const int64_t row = r * group + g;
-        const float* qr = qs.data() + row * D;
-        vf sc[4] = {};
-        for (int64_t d = 0; d < D; ++d) {  // scores of 64 keys, each a sequential sum over d
-          const vf qd = splat(qr[d]);
-          const float* kd = kt.data() + d * kKeyBlock;
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) sc[c] += qd * load16(kd + c * kLanes);
-        }
+        visible_of[row] = visible;
+        vf sc[4], top = splat(neg_inf);
         vi in_view[4];  // lanes of keys this row may see
-        vf top = splat(neg_inf);
         for (int c = 0; c < 4; ++c) {
           in_view[c] = kLaneIndex + static_cast<int32_t>(c * kLanes) <
                        static_cast<int32_t>(visible);
+          sc[c] = c < n_groups ? key_scores16(qs.data() + row * D, krows + c * kLanes, D)
+                               : splat(neg_inf);
           const vf seen = in_view[c] ? sc[c] : splat(neg_inf);
           top = top > seen ? top : seen;  // a max is exact in any order
         }
         float block_max = neg_inf;
         for (int i = 0; i < kLanes; ++i) block_max = std::max(block_max, lane(top, i));
         const float new_max = std::max(run_max[row], block_max);
-        const float alpha = exp_scalar(run_max[row] - new_max);
+        alpha[row] = exp_scalar(run_max[row] - new_max);
         vf p[4];
         for (int c = 0; c < 4; ++c) p[c] = in_view[c] ? vexp(sc[c] - new_max) : vf{};
         const float block_sum = reduce16((p[0] + p[1]) + (p[2] + p[3]));
-        run_sum[row] = run_sum[row] * alpha + block_sum;
+        run_sum[row] = run_sum[row] * alpha[row] + block_sum;
         run_max[row] = new_max;
-        // pv[c] sums p_j * v_j over the keys in order, one key's weight broadcast at a time.
+        for (int c = 0; c < 4; ++c) store16(weights.data() + row * kKeyBlock + c * kLanes, p[c]);
+      }
+    }
+    // Value sums, four rows at a time over the keys all four see, then each row's own tail
+    // (only in the block holding the queries' positions). No lambda here: it would not be
+    // compiled for the clone's instruction set.
+    int64_t n_active = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      if (positions[r] >= lo)
+        for (int64_t g = 0; g < group; ++g) active[n_active++] = r * group + g;
+    for (int64_t i0 = 0; i0 < n_active; i0 += 4) {
+      const int64_t n = std::min<int64_t>(4, n_active - i0);
+      float* pv_rows[4];
+      const float* weight_rows[4];
+      int64_t shared = kKeyBlock;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = active[i0 + i];
+        pv_rows[i] = pv.data() + row * dv * kLanes;
+        std::fill(pv_rows[i], pv_rows[i] + dv * kLanes, 0.0f);
+        weight_rows[i] = weights.data() + row * kKeyBlock;
+        shared = std::min(shared, visible_of[row]);
+      }
+      value_sums_n(n, pv_rows, weight_rows, vrows, 0, shared, D);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = active[i0 + i];
+        if (visible_of[row] > shared)
+          value_sums<1>(pv_rows + i, weight_rows + i, vrows, shared, visible_of[row], D);
         float* a = acc.data() + row * dv * kLanes;
-        float weights[kKeyBlock];
-        for (int c = 0; c < 4; ++c) store16(weights + c * kLanes, p[c]);
-        for (int64_t c0 = 0; c0 < dv; c0 += 4) {
-          const int64_t n_c = std::min<int64_t>(4, dv - c0);
-          vf pv[4] = {};
-          if (n_c == 4 && c0 + 4 <= d_full) {  // whole vectors (head dims that are multiples of 64)
-            for (int64_t j = 0; j < visible; ++j) {
-              const vf pj = splat(weights[j]);
-              const T* vr = vrows[j] + c0 * kLanes;
-#pragma GCC unroll 4
-              for (int c = 0; c < 4; ++c) pv[c] += pj * load16(vr + c * kLanes);
-            }
-          } else {
-            for (int64_t j = 0; j < visible; ++j) {
-              const vf pj = splat(weights[j]);
-              for (int64_t c = 0; c < n_c; ++c) {
-                const T* vr = vrows[j] + (c0 + c) * kLanes;
-                pv[c] += pj * (c0 + c < d_full ? load16(vr) : load16_partial(vr, d_tail));
-              }
-            }
-          }
-          for (int64_t c = 0; c < n_c; ++c) {
-            float* ac = a + (c0 + c) * kLanes;
-            store16(ac, load16(ac) * alpha + pv[c]);
-          }
-        }
+        const float* sum = pv_rows[i];
+        for (int64_t c = 0; c < dv * kLanes; c += kLanes)
+          store16(a + c, load16(a + c) * alpha[row] + load16(sum + c));
       }
     }
   }
@@ -571,23 +656,30 @@ struct Tile {
   int64_t sequence, begin, end;  // packed query rows [begin, end) of one sequence
 };
 
-// Runs every (tile, kv head) task. Tiles are visited from both ends alternately so that the
-// static split of at::parallel_for gives each thread a similar amount of causal work.
+// Runs every (kv head, tile) task, head-major so that consecutive tasks read the same head's
+// keys (sequences of one RL group share their prompt's cache blocks, which then stay in L2).
+// A sequence's tiles are visited from both ends alternately so that the static split of
+// at::parallel_for gives each thread a similar amount of causal work.
 template <class T>
 void run_tiles(const at::Tensor& q, at::Tensor& out, const std::vector<Tile>& tiles,
                const int64_t* positions, const std::vector<KeySource<T>>& sources,
                const AttentionShape& s) {
   const int64_t n_tiles = static_cast<int64_t>(tiles.size());
   std::vector<int64_t> order(n_tiles);
-  for (int64_t i = 0; i < n_tiles; ++i) order[i] = i % 2 ? n_tiles - 1 - i / 2 : i / 2;
+  for (int64_t first = 0, last = 0; first < n_tiles; first = last + 1) {
+    last = first;
+    while (last + 1 < n_tiles && tiles[last + 1].sequence == tiles[first].sequence) ++last;
+    const int64_t n = last - first + 1;
+    for (int64_t i = 0; i < n; ++i) order[first + i] = first + (i % 2 ? n - 1 - i / 2 : i / 2);
+  }
   std::vector<int64_t> tokens(q.size(0));
   for (int64_t i = 0; i < q.size(0); ++i) tokens[i] = i;
   const T* qp = q.const_data_ptr<T>();
   T* op = out.mutable_data_ptr<T>();
   at::parallel_for(0, n_tiles * s.kv_heads, 1, [&](int64_t b, int64_t e) {
     for (int64_t task = b; task < e; ++task) {
-      const Tile& t = tiles[order[task / s.kv_heads]];
-      const int64_t h = task % s.kv_heads;
+      const Tile& t = tiles[order[task % n_tiles]];
+      const int64_t h = task / n_tiles;
       if constexpr (std::is_same_v<T, float>)
         attend_tile_f32(qp, op, tokens.data() + t.begin, positions + t.begin, t.end - t.begin, h,
                         sources[t.sequence], s);
