@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 LEDGER_FILE = "ledger.json"
+# Drop reason of a group dynamic sampling filtered out: all its rewards were equal, so it has no
+# gradient and the learner never sees it.
+FLAT_FILTERED = "flat_filtered"
 
 
 class LedgerError(RuntimeError):

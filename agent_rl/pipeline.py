@@ -55,7 +55,7 @@ from agent_rl.faults import (
     LearnerKilled,
 )
 from agent_rl.learner import Learner, LearnerSettings, group_metrics
-from agent_rl.ledger import save_ledger
+from agent_rl.ledger import FLAT_FILTERED, save_ledger
 from agent_rl.loss import LossSettings
 from agent_rl.metrics import MetricsWriter
 from agent_rl.rollout import END_ENV_ERROR, group_lag
@@ -499,8 +499,9 @@ class Pipeline:
                 self._count_error(f"episode of task {group.task_id}: {errors[0]}")
             return
         if self.config.dynamic_sampling and not has_reward_variance(group.rewards):
-            # No gradient in it: consumed now, charted with the next update, never a step alone.
-            ledger.record_trained(group_id, zero_variance=True)
+            # No gradient in it and never shown to the learner: dropped with its reason, charted
+            # with the next update, never a step alone.
+            ledger.record_dropped(group_id, FLAT_FILTERED)
             self.filtered.append(group)
             return
         self.queue.append(group)

@@ -21,6 +21,7 @@ from envs.tool_calls import (
     ParsedTurn,
     format_tool_feedback,
     parse_tool_calls,
+    render_tool_result,
     run_tool_call,
     tools_system_prompt,
 )
@@ -57,6 +58,16 @@ class UnknownTaskError(KeyError):
 def approximate_token_count(text: str) -> int:
     """About four characters per token: a tokenizer-free default for the token budget."""
     return (len(text) + 3) // 4
+
+
+def _answer_parameter(answer_tool: Tool) -> str:
+    """The argument that carries the final answer: the `answer` tool's first parameter, so a
+    custom `answer(code: str)` works as well as the built-in `answer(answer: str)`."""
+    names = list(answer_tool.parameters.get("properties", {}))
+    if not names:
+        raise ValueError(f"the `{ANSWER_TOOL_NAME}` tool must take the final answer as its first "
+                         "parameter; it takes none")
+    return names[0]
 
 
 def _cut(text: str, limit: int) -> str:
@@ -150,6 +161,7 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
         if all(item.name != ANSWER_TOOL_NAME for item in tool_objects):
             tool_objects.append(answer)
         self.tools: dict[str, Tool] = {item.name: item for item in tool_objects}
+        self._answer_parameter = _answer_parameter(self.tools[ANSWER_TOOL_NAME])
         self.reward_fn = reward_fn if reward_fn is not None else default_verifiers()
         self.system_prompt = tools_system_prompt(self.tools.values(), system_prompt)
         self.tool_schemas = [item.schema for item in self.tools.values()]
@@ -261,7 +273,8 @@ class ToolEnv(gymnasium.Env[list[Message], str]):
             content = _cut(result.content, self.max_result_chars)
             messages.append({"role": "tool", "name": call.name, "content": content})
             if call.name == ANSWER_TOOL_NAME:
-                final_answer = call.arguments[ANSWER_TOOL_NAME]
+                value = call.arguments.get(self._answer_parameter, "")
+                final_answer = value if isinstance(value, str) else render_tool_result(value)
                 break
         else:
             if len(parsed.calls) > self.max_calls_per_turn:

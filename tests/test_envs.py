@@ -259,6 +259,30 @@ def test_tool_env_needs_only_a_dataset_tools_and_a_reward():
     assert record.messages[3]["content"] == "HI" and record.reward == 1.0
 
 
+def test_a_custom_answer_tool_may_name_its_argument_freely():
+    def answer(code: str) -> str:
+        """Submit the final program.
+
+        Args:
+            code: The whole program.
+        """
+        return "Submitted."
+
+    env = ToolEnv([{"prompt": "Print 1.", "answer": "print(1)"}], tools=[answer],
+                  reward_fn=lambda given, task: given == task["answer"])
+    record = run_episode(env, ScriptedPolicy([format_tool_call("answer", {"code": "print(1)"})]),
+                         seed=0)
+    assert record.reward == 1.0
+
+    def no_argument() -> str:
+        """Submit nothing."""
+        return ""
+
+    no_argument.__name__ = "answer"
+    with pytest.raises(ValueError, match="first parameter"):
+        ToolEnv([{"prompt": "p", "answer": "a"}], tools=[no_argument])
+
+
 @pytest.mark.parametrize("module", [tool_env, python_tool])
 def test_env_docstring_examples_run(module, sandbox_available):
     assert doctest.testmod(module, raise_on_error=True).attempted > 0
