@@ -88,9 +88,9 @@ def response_loss(
         weights = weights * (weights.clamp(max=settings.clip) / weights).detach()
     loss = -(weights * advantage).mean()
     if settings.kl_coef:
-        # k3 of (learner || behavior): the estimator GRPO uses for its reference KL.
-        reverse_log_ratio = behavior_logprobs - learner_logprobs
-        loss = loss + settings.kl_coef * (torch.expm1(reverse_log_ratio) - reverse_log_ratio).mean()
+        # The k3 the learner logs as is/kl_k3: KL(behavior || learner), unbiased on the tokens
+        # the behavior policy sampled; its gradient (w - 1) d logp pulls each weight towards 1.
+        loss = loss + settings.kl_coef * k3_kl(learner_logprobs, behavior_logprobs).mean()
     return loss
 
 

@@ -85,8 +85,9 @@ def test_k3_kl_is_zero_on_policy_and_positive_off_policy() -> None:
 def test_kl_term_adds_penalty_only_when_switched_on() -> None:
     base, _ = _example(LossSettings())
     with_kl, _ = _example(LossSettings(kl_coef=0.1))
-    # k3(learner || behavior) per token with r = p_b / p_l: response 1 tokens r = (0.5, 1).
-    kl_response_1 = ((0.5 - 1) - math.log(0.5)) / 2
+    # k3(behavior || learner), the logged is/kl_k3, per token with r = p_l / p_b: response 1
+    # tokens r = (2, 1).
+    kl_response_1 = ((2 - 1) - math.log(2)) / 2
     assert with_kl.item() == pytest.approx(base.item() + 0.1 * kl_response_1 / 2, abs=1e-12)
 
 
