@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from kernels import cpu_ops
-from kernels.cpu_ops import PagedPlan, exp, plan_paged, rotary, rotary_tables, write_paged_kv
+from kernels.cpu_ops import PagedPlan, exp, plan_paged, rotary, rotary_tables
 
 __all__ = ["PagedPlan", "attention", "available", "exp", "linear", "lm_head_logits",
            "log_softmax", "paged_attention", "plan_paged", "rms_norm", "rotary", "rotary_tables",
@@ -135,10 +135,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
     return _ops().attention(q, k, v, scale)
 
 
+def _compiled_cache(kv_cache: torch.Tensor) -> bool:
+    """Whether this cache is in the compiled kernels' block layout (keys stored transposed) rather
+    than `cpu_ops`' (keys as rows). Writer and reader ask the same question, so they agree."""
+    return kv_cache.dtype in _FLOAT_TYPES and kv_cache.is_contiguous() and kv_cache.dim() == 5
+
+
+def write_paged_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> None:
+    """Store new keys/values at their slots; each block holds a head's keys transposed."""
+    if not _compiled_cache(kv_cache):
+        return cpu_ops.write_paged_kv(kv_cache, k, v, slot_mapping)
+    _ops().write_paged_kv(kv_cache, k, v, slot_mapping)
+
+
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, plan: PagedPlan,
                     scale: float) -> torch.Tensor:
-    """Causal attention of packed queries over a paged cache (blocks, 2, kv_heads, bs, D)."""
-    if q.dtype != kv_cache.dtype or q.dtype not in _FLOAT_TYPES or not kv_cache.is_contiguous():
+    """Causal attention of packed queries over a paged cache (blocks, 2, kv_heads, bs, D)
+    written by `write_paged_kv`."""
+    if not _compiled_cache(kv_cache):
         return cpu_ops.paged_attention(q, kv_cache, plan, scale)
-    return _ops().paged_attention(q, kv_cache, plan.query_start_loc, plan.seq_lens,
-                                  plan.positions, plan.block_table, scale)
+    out = _ops().paged_attention(q.to(kv_cache.dtype), kv_cache, plan.query_start_loc,
+                                 plan.seq_lens, plan.positions, plan.block_table, scale)
+    return out.to(q.dtype)

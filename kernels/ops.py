@@ -128,6 +128,16 @@ def plan_paged(query_start_loc: torch.Tensor, seq_lens: torch.Tensor, positions:
     return cpu_ops.plan_paged(query_start_loc, seq_lens, positions, block_table, block_size)
 
 
+def write_paged_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> None:
+    """Store new keys/values at their slots of a paged cache (blocks, 2, kv_heads, bs, D).
+
+    The layout inside a block is the backend's own: write with this and read with
+    `paged_attention` on the same backend.
+    """
+    backend(k).write_paged_kv(kv_cache, k, v, slot_mapping)
+
+
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, plan: cpu_ops.PagedPlan,
                     scale: float) -> torch.Tensor:
     """Causal attention of packed queries over a paged KV cache (inference only)."""

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from kernels.cpu_ops import KEY_BLOCK, TILE_ROWS, AttentionTiles, PagedPlan
+from kernels.cpu_ops import write_paged_kv as write_paged_kv  # keys as rows, as cpu_ops
 
 INTERPRETING = bool(triton.knobs.runtime.interpret)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from kernels import cpu_ops, ops
+from kernels import ops
 from kernels.llama import LlamaConfig, MatchedLlama
 
 
@@ -64,8 +64,8 @@ class MatchedLlamaForCausalLM(nn.Module):
 
         def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             cache = _as_our_layout(self.kv_layers[layer].kv_cache, k.shape[-1])
-            cpu_ops.write_paged_kv(cache, k[:tokens], v[:tokens],
-                                   metadata[self.layer_names[layer]].slot_mapping[:tokens])
+            ops.write_paged_kv(cache, k[:tokens], v[:tokens],
+                               metadata[self.layer_names[layer]].slot_mapping[:tokens])
             out = ops.paged_attention(q[:tokens], cache, plan, self.scale)
             if tokens < q.shape[0]:
                 out = torch.cat((out, out.new_zeros(q.shape[0] - tokens, *out.shape[1:])))
@@ -111,8 +111,8 @@ class MatchedLlamaForCausalLM(nn.Module):
 def _as_our_layout(kv_cache: torch.Tensor, head_dim: int) -> torch.Tensor:
     """vLLM's CPU cache (blocks, kv_heads, block_size, 2*D) viewed as (blocks, 2, kv_heads, bs, D).
 
-    Only our kernels read and write these blocks, so the layout inside a block is ours to pick;
-    vLLM only hands out whole block ids.
+    Only our kernels read and write these blocks, so the layout inside one is the backend's
+    (`ops.write_paged_kv`); vLLM only hands out whole block ids.
     """
     blocks, kv_heads, block_size, _ = kv_cache.shape
     return kv_cache.view(blocks, 2, kv_heads, block_size, head_dim)

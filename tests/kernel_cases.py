@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from kernels import cpu_ops
+from kernels import ops
 
 DECODE_POSITIONS = (0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 149)
 
@@ -48,7 +48,8 @@ def decode_differs_from_teacher_forcing(
 
 def paged_cache(keys: list[torch.Tensor], values: list[torch.Tensor], block_size: int,
                 seed: int = 6, fill: float = 7.0,
-                spare_columns: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                spare_columns: int = 0, write: Callable[..., None] = ops.write_paged_kv
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scatter each sequence's K/V over randomly chosen cache blocks; return cache, block table.
 
     Unused cache slots hold `fill` (NaN catches a kernel that reads them); `spare_columns`
@@ -66,5 +67,5 @@ def paged_cache(keys: list[torch.Tensor], values: list[torch.Tensor], block_size
             [order.pop() for _ in range(blocks_per_seq[seq])], dtype=torch.int32)
         slots = (table[seq].long()[torch.arange(k.shape[0]) // block_size] * block_size
                  + torch.arange(k.shape[0]) % block_size)
-        cpu_ops.write_paged_kv(cache, k, v, slots)
+        write(cache, k, v, slots)
     return cache, table

@@ -131,7 +131,8 @@ def test_compiled_paged_attention_matches_contiguous_bitwise(dtype: torch.dtype,
     lengths, new_tokens = [5, 130, 64, 33, 1, 90], [5, 1, 20, 1, 1, 37]
     seqs = [tuple(t.to(dtype) for t in qkv(n, heads=6, seed=n)) for n in lengths]
     cache, table = paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size,
-                               fill=math.nan, spare_columns=2)
+                               fill=math.nan, spare_columns=2,
+                               write=cpp_ops.write_paged_kv)
     q = torch.cat([s[0][-n:] for s, n in zip(seqs, new_tokens, strict=True)])
     positions = torch.cat([torch.arange(length - n, length)
                            for length, n in zip(lengths, new_tokens, strict=True)])

@@ -177,7 +177,8 @@ def paged_attention_mixed_batch_matches_contiguous_bitwise(device: str,
 
     lengths, new_tokens = [5, 130, 70, 33, 1], [5, 1, 20, 1, 1]
     seqs = [tuple(t.to(dtype) for t in qkv(n, seed=n)) for n in lengths]
-    cache, table = paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size=32)
+    cache, table = paged_cache([s[1] for s in seqs], [s[2] for s in seqs], block_size=32,
+                                 write=cpu_ops.write_paged_kv)
     q = torch.cat([s[0][-n:] for s, n in zip(seqs, new_tokens, strict=True)])
     positions = torch.cat([torch.arange(length - n, length)
                            for length, n in zip(lengths, new_tokens, strict=True)])

@@ -115,34 +115,6 @@ MATCHED_INLINE vf reduce16x16(const vf* acc) {
                                  29, 31);
 }
 
-// One butterfly stage of a 16 x 16 transpose: rows i and i + B (bit B of i clear) swap their
-// off-diagonal B x B blocks. Stages B = 8, 4, 2, 1 transpose the whole tile.
-#define MATCHED_LO(c, B) (((c) & (B)) ? 16 + (c) - (B) : (c))
-#define MATCHED_HI(c, B) (((c) & (B)) ? 16 + (c) : (c) + (B))
-#define MATCHED_SHUFFLE16(a, b, F, B)                                                      \
-  __builtin_shufflevector(a, b, F(0, B), F(1, B), F(2, B), F(3, B), F(4, B), F(5, B),      \
-                          F(6, B), F(7, B), F(8, B), F(9, B), F(10, B), F(11, B), F(12, B), \
-                          F(13, B), F(14, B), F(15, B))
-
-template <int B>
-MATCHED_INLINE void transpose_stage(vf* r) {
-  for (int i = 0; i < 16; ++i) {
-    if (i & B) continue;
-    const vf lo = MATCHED_SHUFFLE16(r[i], r[i + B], MATCHED_LO, B);
-    const vf hi = MATCHED_SHUFFLE16(r[i], r[i + B], MATCHED_HI, B);
-    r[i] = lo;
-    r[i + B] = hi;
-  }
-}
-
-// r[i] lane j becomes r[j] lane i. Values are only moved, never rounded.
-MATCHED_INLINE void transpose16(vf* r) {
-  transpose_stage<8>(r);
-  transpose_stage<4>(r);
-  transpose_stage<2>(r);
-  transpose_stage<1>(r);
-}
-
 template <class T>
 MATCHED_INLINE T from_float(float x) {
   return static_cast<T>(x);  // bf16: round to nearest even, as torch's .to(bfloat16)
@@ -407,8 +379,8 @@ at::Tensor silu_and_mul(const at::Tensor& g_in, const at::Tensor& u_in) {
 // Attention. One task: a tile of up to kQueryTile consecutive queries of one sequence and one
 // KV head, with the query heads that share it. Keys and values are read in place, in blocks of
 // kKeyBlock absolute positions, and every (query, head) row runs the same online softmax over
-// the blocks up to its own position. A score is a dot product summed like a GEMM entry (16
-// lanes over the head dim, then the fixed tree); a value sum adds the keys in order. A row's
+// the blocks up to its own position. Keys are stored transposed, so a score is a sum over the
+// head dim in order with the keys in the lanes, and a value sum adds the keys in order. A row's
 // operations therefore depend on its position and its keys only: a decode step and a
 // teacher-forced pass give the same bits, however rows are grouped to share loads.
 
@@ -417,25 +389,56 @@ struct AttentionShape {
   float scale;
 };
 
-// Where the keys of one sequence live: a contiguous (T, kv_heads, D) pair, or a paged cache
-// (blocks, 2, kv_heads, block_size, D) with a block table row.
+// Where the keys and values of one sequence live. Keys are read as columns: dim d of key p at
+// ld * d + p (relative to a block's start), so a score sums over d with the keys in the lanes.
+// - contiguous (the learner's pass): k is a (kv_heads, D, padded length) transposed copy, v the
+//   (T, kv_heads, D) values;
+// - paged (the rollout's cache, blocks (blocks, 2, kv_heads, block_size, D)): within a block,
+//   each head's keys are stored transposed, (D, block_size), and its values as rows
+//   (block_size, D). Only these kernels read or write the blocks, so the layout is theirs.
 template <class T>
 struct KeySource {
-  const T* k;  // contiguous: keys; paged: the cache
+  const T* k;
   const T* v;
   const int32_t* block_table;  // nullptr for contiguous
-  int64_t block_size, length;
+  int64_t block_size, length, padded;  // padded: contiguous keys' row length (a multiple of 64)
 
-  // The key and value rows of positions lo .. lo + n - 1, walking the block table once instead
-  // of dividing by the block size for every row.
-  inline __attribute__((always_inline)) void rows(int64_t lo, int64_t n, int64_t h,
-                                                  const AttentionShape& s, const T** k_rows,
-                                                  const T** v_rows) const {
+  // Key columns of the block of kKeyBlock positions at lo: returns p, ld with dim d of key
+  // lo + j at p[d * ld + j]. Read in place when the block lies inside one cache block; gathered
+  // into `buffer` (D x kKeyBlock, zeros past the sequence) when cache blocks are smaller.
+  inline __attribute__((always_inline)) const T* key_columns(int64_t lo, int64_t h,
+                                                             const AttentionShape& s, T* buffer,
+                                                             int64_t* ld) const {
+    const int64_t D = s.dim;
     if (!block_table) {
-      for (int64_t j = 0; j < n; ++j) {
-        k_rows[j] = k + ((lo + j) * s.kv_heads + h) * s.dim;
-        v_rows[j] = v + ((lo + j) * s.kv_heads + h) * s.dim;
+      *ld = padded;
+      return k + h * D * padded + lo;
+    }
+    if (block_size % kKeyBlock == 0) {
+      *ld = block_size;
+      const int64_t page = block_table[lo / block_size];
+      return k + (page * 2 * s.kv_heads + h) * block_size * D + lo % block_size;
+    }
+    *ld = kKeyBlock;
+    const int64_t n = std::min(kKeyBlock, length - lo);
+    for (int64_t j = 0; j < kKeyBlock; ++j) {
+      if (j >= n) {
+        for (int64_t d = 0; d < D; ++d) buffer[d * kKeyBlock + j] = T(0.0f);
+        continue;
       }
+      const int64_t page = block_table[(lo + j) / block_size], offset = (lo + j) % block_size;
+      const T* column = k + (page * 2 * s.kv_heads + h) * block_size * D + offset;
+      for (int64_t d = 0; d < D; ++d) buffer[d * kKeyBlock + j] = column[d * block_size];
+    }
+    return buffer;
+  }
+
+  // The value rows of positions lo .. lo + n - 1, walking the block table once.
+  inline __attribute__((always_inline)) void value_rows(int64_t lo, int64_t n, int64_t h,
+                                                        const AttentionShape& s,
+                                                        const T** rows) const {
+    if (!block_table) {
+      for (int64_t j = 0; j < n; ++j) rows[j] = v + ((lo + j) * s.kv_heads + h) * s.dim;
       return;
     }
     int64_t entry = lo / block_size, offset = lo % block_size;
@@ -444,47 +447,47 @@ struct KeySource {
         ++entry;
         offset = 0;
       }
-      const int64_t base = (int64_t{block_table[entry]} * 2 * s.kv_heads + h) * block_size + offset;
-      k_rows[j] = k + base * s.dim;
-      v_rows[j] = k + (base + s.kv_heads * block_size) * s.dim;
+      const int64_t page = block_table[entry];
+      rows[j] = v + (((page * 2 + 1) * s.kv_heads + h) * block_size + offset) * s.dim;
     }
   }
 };
 
-// Scores of one query row against 16 keys: lane j is dot(q, key j) summed the way every GEMM
-// entry here is (16 lanes over the head dim, then the fixed tree), so the keys are read in
-// place, row by row, and never transposed.
-template <class T>
-MATCHED_INLINE vf key_scores16(const float* qr, const T* const* krows, int64_t D) {
-  const int64_t d_full = D / kLanes * kLanes, d_tail = D - d_full;
-  vf acc[kLanes];
-#pragma GCC unroll 16
-  for (int j = 0; j < kLanes; ++j) acc[j] = vf{};
-  int64_t d = 0;
-  // Four query vectors stay in registers while each key row streams past them, so only one
-  // key pointer is live at a time; lane l of acc[j] still adds d = l, l + 16, ... in order.
-  for (; d + 4 * kLanes <= d_full; d += 4 * kLanes) {
-    vf qv[4];
+// Scores of NR rows against the kKeyBlock keys of a block: lane j of sc[r][c] is row r's dot
+// product with key 16 c + j, summed over d in order. Each key vector is loaded once for all rows.
+template <int NR, class T>
+MATCHED_INLINE void block_scores(const float* const* q, const T* keys, int64_t ld, int64_t D,
+                                 vf (*sc)[4]) {
+  vf acc[NR][4];
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) qv[c] = load16(qr + d + c * kLanes);
-#pragma GCC unroll 16
-    for (int j = 0; j < kLanes; ++j) {
-      const T* kr = krows[j] + d;
+  for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) acc[j] += qv[c] * load16(kr + c * kLanes);
+    for (int c = 0; c < 4; ++c) acc[r][c] = vf{};
+  for (int64_t d = 0; d < D; ++d) {
+    const T* kd = keys + d * ld;
+    vf kv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) kv[c] = load16(kd + c * kLanes);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const float qd = q[r][d];  // a scalar operand: one broadcast load
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[r][c] += kv[c] * qd;
     }
   }
-  for (; d < d_full; d += kLanes) {
-    const vf qv = load16(qr + d);
-#pragma GCC unroll 16
-    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load16(krows[j] + d);
+  for (int r = 0; r < NR; ++r)
+    for (int c = 0; c < 4; ++c) sc[r][c] = acc[r][c];
+}
+
+template <class T>
+MATCHED_INLINE void block_scores_n(int64_t n, const float* const* q, const T* keys, int64_t ld,
+                                   int64_t D, vf (*sc)[4]) {
+  switch (n) {
+    case 4: block_scores<4>(q, keys, ld, D, sc); break;
+    case 3: block_scores<3>(q, keys, ld, D, sc); break;
+    case 2: block_scores<2>(q, keys, ld, D, sc); break;
+    default: block_scores<1>(q, keys, ld, D, sc); break;
   }
-  if (d_tail) {
-    const vf qv = load16_partial(qr + d_full, d_tail);
-#pragma GCC unroll 16
-    for (int j = 0; j < kLanes; ++j) acc[j] += qv * load16_partial(krows[j] + d_full, d_tail);
-  }
-  return reduce16x16(acc);
 }
 
 // pv[r] += sum over keys j in [begin, end) of p[r][j] * v_j, in key order, for NR rows at once,
@@ -508,9 +511,9 @@ MATCHED_INLINE void value_sums(float* const* pv, const float* const* weights,
         for (int c = 0; c < 4; ++c) vv[c] = load16(vr + c * kLanes);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; ++r) {
-          const vf pj = splat(weights[r][j]);
+          const float pj = weights[r][j];
 #pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) sum[r][c] += pj * vv[c];
+          for (int c = 0; c < 4; ++c) sum[r][c] += vv[c] * pj;
         }
       }
 #pragma GCC unroll 4
@@ -526,7 +529,7 @@ MATCHED_INLINE void value_sums(float* const* pv, const float* const* weights,
         vf sum = load16(out);
         for (int64_t j = begin; j < end; ++j) {
           const T* vr = vrows[j] + (c0 + c) * kLanes;
-          sum += splat(weights[r][j]) * (c0 + c < d_full ? load16(vr) : load16_partial(vr, d_tail));
+          sum += (c0 + c < d_full ? load16(vr) : load16_partial(vr, d_tail)) * weights[r][j];
         }
         store16(out, sum);
       }
@@ -551,13 +554,13 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
   const int64_t group = s.heads / s.kv_heads, D = s.dim;
   const int64_t dv = (D + kLanes - 1) / kLanes;  // 16-lane vectors per head row
   const int64_t n_rows = rows * group;
-  std::vector<float> qs(n_rows * D), acc(n_rows * dv * kLanes, 0.0f);
-  std::vector<float> weights(n_rows * kKeyBlock), pv(n_rows * dv * kLanes);
-  std::vector<int64_t> visible_of(n_rows), active(n_rows);
+  std::vector<float> qs(n_rows * D), acc(n_rows * dv * kLanes, 0.0f), pv(n_rows * dv * kLanes);
+  std::vector<float> weights(n_rows * kKeyBlock);
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  std::vector<float> run_max(n_rows, neg_inf), run_sum(n_rows, 0.0f), alpha(n_rows);
-  const T* krows[kKeyBlock];
-  const T* vrows[kKeyBlock];  // keys and values are read in place: each row is contiguous
+  std::vector<float> run_max(n_rows, neg_inf), run_sum(n_rows, 0.0f);
+  std::vector<int64_t> active(n_rows);
+  std::vector<T> gathered(keys.block_table && keys.block_size % kKeyBlock ? D * kKeyBlock : 0);
+  const T* vrows[kKeyBlock];  // values are read in place: each row is contiguous
   int64_t last = 0;
   for (int64_t r = 0; r < rows; ++r) {
     last = std::max(last, positions[r]);
@@ -569,66 +572,59 @@ MATCHED_INLINE void attend_tile(const T* q, T* out, const int64_t* tokens, const
   }
   for (int64_t lo = 0; lo <= last; lo += kKeyBlock) {
     const int64_t block_keys = std::min(kKeyBlock, std::min(last + 1, keys.length) - lo);
-    keys.rows(lo, block_keys, h, s, krows, vrows);
-    // Slots past the block's end repeat its last key; their scores are masked below.
-    for (int64_t j = block_keys; j < kKeyBlock; ++j) krows[j] = krows[block_keys - 1];
-    for (int64_t r = 0; r < rows; ++r) {
-      if (positions[r] < lo) continue;  // this block lies wholly in the row's future
-      const int64_t visible = std::min(kKeyBlock, positions[r] - lo + 1);
-      const int64_t n_groups = (visible + kLanes - 1) / kLanes;
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t row = r * group + g;
-        visible_of[row] = visible;
-        vf sc[4], top = splat(neg_inf);
-        vi in_view[4];  // lanes of keys this row may see
-        for (int c = 0; c < 4; ++c) {
-          in_view[c] = kLaneIndex + static_cast<int32_t>(c * kLanes) <
-                       static_cast<int32_t>(visible);
-          sc[c] = c < n_groups ? key_scores16(qs.data() + row * D, krows + c * kLanes, D)
-                               : splat(neg_inf);
-          const vf seen = in_view[c] ? sc[c] : splat(neg_inf);
-          top = top > seen ? top : seen;  // a max is exact in any order
-        }
-        float block_max = neg_inf;
-        for (int i = 0; i < kLanes; ++i) block_max = std::max(block_max, lane(top, i));
-        const float new_max = std::max(run_max[row], block_max);
-        alpha[row] = exp_scalar(run_max[row] - new_max);
-        vf p[4];
-        for (int c = 0; c < 4; ++c) p[c] = in_view[c] ? vexp(sc[c] - new_max) : vf{};
-        const float block_sum = reduce16((p[0] + p[1]) + (p[2] + p[3]));
-        run_sum[row] = run_sum[row] * alpha[row] + block_sum;
-        run_max[row] = new_max;
-        for (int c = 0; c < 4; ++c) store16(weights.data() + row * kKeyBlock + c * kLanes, p[c]);
-      }
-    }
-    // Value sums, four rows at a time over the keys all four see, then each row's own tail
-    // (only in the block holding the queries' positions). No lambda here: it would not be
-    // compiled for the clone's instruction set.
-    int64_t n_active = 0;
+    int64_t ld = 0;
+    const T* key_block = keys.key_columns(lo, h, s, gathered.data(), &ld);
+    keys.value_rows(lo, block_keys, h, s, vrows);
+    int64_t n_active = 0;  // rows whose position reaches this block
     for (int64_t r = 0; r < rows; ++r)
       if (positions[r] >= lo)
         for (int64_t g = 0; g < group; ++g) active[n_active++] = r * group + g;
+    // Four rows at a time: their scores share each key load and their value sums each value
+    // load (over the keys all four see; a row's own tail follows, only in its diagonal block).
     for (int64_t i0 = 0; i0 < n_active; i0 += 4) {
       const int64_t n = std::min<int64_t>(4, n_active - i0);
+      const float* q_rows[4];
+      for (int64_t i = 0; i < n; ++i) q_rows[i] = qs.data() + active[i0 + i] * D;
+      vf sc[4][4];
+      block_scores_n(n, q_rows, key_block, ld, D, sc);
       float* pv_rows[4];
       const float* weight_rows[4];
-      int64_t shared = kKeyBlock;
+      int64_t visible[4], shared = kKeyBlock;
+      float alpha[4];
       for (int64_t i = 0; i < n; ++i) {
         const int64_t row = active[i0 + i];
+        visible[i] = std::min(kKeyBlock, positions[row / group] - lo + 1);
+        shared = std::min(shared, visible[i]);
+        vi in_view[4];  // lanes of keys this row may see
+        vf top = splat(neg_inf);
+        for (int c = 0; c < 4; ++c) {
+          in_view[c] = kLaneIndex + static_cast<int32_t>(c * kLanes) <
+                       static_cast<int32_t>(visible[i]);
+          const vf seen = in_view[c] ? sc[i][c] : splat(neg_inf);
+          top = top > seen ? top : seen;  // a max is exact in any order
+        }
+        float block_max = neg_inf;
+        for (int l = 0; l < kLanes; ++l) block_max = std::max(block_max, lane(top, l));
+        const float new_max = std::max(run_max[row], block_max);
+        alpha[i] = exp_scalar(run_max[row] - new_max);
+        vf p[4];
+        for (int c = 0; c < 4; ++c) p[c] = in_view[c] ? vexp(sc[i][c] - new_max) : vf{};
+        const float block_sum = reduce16((p[0] + p[1]) + (p[2] + p[3]));
+        run_sum[row] = run_sum[row] * alpha[i] + block_sum;
+        run_max[row] = new_max;
+        float* w = weights.data() + row * kKeyBlock;
+        for (int c = 0; c < 4; ++c) store16(w + c * kLanes, p[c]);
+        weight_rows[i] = w;
         pv_rows[i] = pv.data() + row * dv * kLanes;
         std::fill(pv_rows[i], pv_rows[i] + dv * kLanes, 0.0f);
-        weight_rows[i] = weights.data() + row * kKeyBlock;
-        shared = std::min(shared, visible_of[row]);
       }
       value_sums_n(n, pv_rows, weight_rows, vrows, 0, shared, D);
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t row = active[i0 + i];
-        if (visible_of[row] > shared)
-          value_sums<1>(pv_rows + i, weight_rows + i, vrows, shared, visible_of[row], D);
-        float* a = acc.data() + row * dv * kLanes;
-        const float* sum = pv_rows[i];
+        if (visible[i] > shared)
+          value_sums<1>(pv_rows + i, weight_rows + i, vrows, shared, visible[i], D);
+        float* a = acc.data() + active[i0 + i] * dv * kLanes;
         for (int64_t c = 0; c < dv * kLanes; c += kLanes)
-          store16(a + c, load16(a + c) * alpha[row] + load16(sum + c));
+          store16(a + c, load16(a + c) * alpha[i] + load16(pv_rows[i] + c));
       }
     }
   }
@@ -699,6 +695,18 @@ AttentionShape check_shape(const at::Tensor& q, int64_t kv_heads, int64_t dim, d
   return {q.size(1), kv_heads, dim, static_cast<float>(scale)};
 }
 
+// Keys (T, kv_heads, D) as (kv_heads, D, padded) columns, zeros past T.
+template <class T>
+std::vector<T> key_columns(const T* k, int64_t length, int64_t kv_heads, int64_t D,
+                           int64_t padded) {
+  std::vector<T> columns(kv_heads * D * padded, T(0.0f));
+  for (int64_t t = 0; t < length; ++t)
+    for (int64_t h = 0; h < kv_heads; ++h)
+      for (int64_t d = 0; d < D; ++d)
+        columns[(h * D + d) * padded + t] = k[(t * kv_heads + h) * D + d];
+  return columns;
+}
+
 std::vector<Tile> sequence_tiles(const std::vector<int64_t>& starts) {
   std::vector<Tile> tiles;
   for (size_t seq = 0; seq + 1 < starts.size(); ++seq)
@@ -720,15 +728,17 @@ at::Tensor attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::T
   std::vector<int64_t> positions(length);
   for (int64_t i = 0; i < length; ++i) positions[i] = i;
   const std::vector<Tile> tiles = sequence_tiles({0, length});
-  if (q.scalar_type() == at::kFloat) {
-    const KeySource<float> keys{k.const_data_ptr<float>(), v.const_data_ptr<float>(), nullptr, 0,
-                                length};
-    run_tiles<float>(q, out, tiles, positions.data(), {keys}, s);
-  } else {
-    const KeySource<bf16> keys{k.const_data_ptr<bf16>(), v.const_data_ptr<bf16>(), nullptr, 0,
-                               length};
-    run_tiles<bf16>(q, out, tiles, positions.data(), {keys}, s);
-  }
+  const int64_t padded = (length + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  auto run = [&](auto* k_data, auto* v_data) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(k_data)>>;
+    const std::vector<T> columns = key_columns(k_data, length, s.kv_heads, s.dim, padded);
+    const KeySource<T> keys{columns.data(), v_data, nullptr, 0, length, padded};
+    run_tiles<T>(q, out, tiles, positions.data(), {keys}, s);
+  };
+  if (q.scalar_type() == at::kFloat)
+    run(k.const_data_ptr<float>(), v.const_data_ptr<float>());
+  else
+    run(k.const_data_ptr<bf16>(), v.const_data_ptr<bf16>());
   return out;
 }
 
@@ -769,7 +779,7 @@ at::Tensor paged_attention(const at::Tensor& q_in, const at::Tensor& cache,
     using T = std::remove_const_t<std::remove_pointer_t<decltype(base)>>;
     std::vector<KeySource<T>> sources;
     for (int64_t i = 0; i < n_seqs; ++i)
-      sources.push_back({base, base, tp + i * width, block_size, lens[i]});
+      sources.push_back({base, base, tp + i * width, block_size, lens[i], 0});
     return sources;
   };
   if (q.scalar_type() == at::kFloat)
@@ -777,6 +787,46 @@ at::Tensor paged_attention(const at::Tensor& q_in, const at::Tensor& cache,
   else
     run_tiles<bf16>(q, out, tiles, pos, sources_of(cache.const_data_ptr<bf16>()), s);
   return out;
+}
+
+// Stores new keys and values at their slots, in the block layout KeySource reads: each head's
+// keys transposed, (D, block_size), its values as rows. Negative slots (padding) are skipped.
+void write_paged_kv(const at::Tensor& cache, const at::Tensor& k_in, const at::Tensor& v_in,
+                    const at::Tensor& slot_mapping) {
+  TORCH_CHECK(cache.dim() == 5 && cache.size(1) == 2 && cache.is_contiguous() &&
+                  (cache.scalar_type() == at::kFloat || cache.scalar_type() == at::kBFloat16),
+              "write_paged_kv: contiguous float32/bfloat16 cache (blocks, 2, kv_heads, "
+              "block_size, D) expected, got ", cache.sizes(), " ", cache.scalar_type());
+  const int64_t blocks = cache.size(0), kv_heads = cache.size(2), block_size = cache.size(3),
+                D = cache.size(4);
+  const at::Tensor k = k_in.to(cache.scalar_type()).contiguous();
+  const at::Tensor v = v_in.to(cache.scalar_type()).contiguous();
+  const at::Tensor slots = slot_mapping.to(at::kLong).contiguous();
+  TORCH_CHECK(k.dim() == 3 && k.size(1) == kv_heads && k.size(2) == D && v.sizes() == k.sizes() &&
+                  slots.numel() == k.size(0),
+              "write_paged_kv: k, v (tokens, ", kv_heads, ", ", D, ") and one slot per token "
+              "expected, got ", k.sizes(), ", ", v.sizes(), " and ", slots.numel(), " slots");
+  const int64_t* sp = slots.const_data_ptr<int64_t>();
+  auto write = [&](auto* base, auto* kp, auto* vp) {
+    for (int64_t t = 0; t < k.size(0); ++t) {
+      const int64_t slot = sp[t];
+      if (slot < 0) continue;
+      TORCH_CHECK(slot < blocks * block_size, "write_paged_kv: slot ", slot, " outside a cache of ",
+                  blocks, " blocks of ", block_size);
+      const int64_t block = slot / block_size, offset = slot % block_size;
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        auto* key_block = base + (block * 2 * kv_heads + h) * block_size * D;
+        for (int64_t d = 0; d < D; ++d)
+          key_block[d * block_size + offset] = kp[(t * kv_heads + h) * D + d];
+        auto* value_row = base + (((block * 2 + 1) * kv_heads + h) * block_size + offset) * D;
+        std::copy(vp + (t * kv_heads + h) * D, vp + (t * kv_heads + h + 1) * D, value_row);
+      }
+    }
+  };
+  if (cache.scalar_type() == at::kFloat)
+    write(cache.mutable_data_ptr<float>(), k.const_data_ptr<float>(), v.const_data_ptr<float>());
+  else
+    write(cache.mutable_data_ptr<bf16>(), k.const_data_ptr<bf16>(), v.const_data_ptr<bf16>());
 }
 
 at::Tensor exp_fp32(const at::Tensor& x_in) {
@@ -798,5 +848,7 @@ TORCH_LIBRARY(agent_rl_matched, m) {
   m.def("paged_attention(Tensor q, Tensor kv_cache, Tensor query_start_loc, Tensor seq_lens, "
         "Tensor positions, Tensor block_table, float scale) -> Tensor",
         &paged_attention);
+  m.def("write_paged_kv(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slot_mapping) -> ()",
+        &write_paged_kv);
   m.def("exp(Tensor x) -> Tensor", &exp_fp32);
 }
