@@ -123,7 +123,7 @@ def test_compiled_decode_matches_teacher_forcing_bitwise(dtype: torch.dtype, dim
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("block_size", [16, 32, 128])
 def test_compiled_paged_attention_matches_contiguous_bitwise(dtype: torch.dtype,
                                                              block_size: int) -> None:
     """Prefill chunks and decode tokens of several sequences in one step, over a paged cache
