@@ -65,6 +65,27 @@ def bench_kernels(
     _save(rows, out)
 
 
+@app.command("gemm")
+def bench_gemm(
+    model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "default",
+    rows: Annotated[str, typer.Option(
+        help="Comma-separated row counts: 96 is a decode step of 12 groups of 8, 3072 their "
+        "32-token prefill.")] = "96,3072",
+    out: OutOption = None,
+) -> None:
+    """GFLOP/s of the matched GEMM vs vLLM's oneDNN GEMM at the model's projection shapes."""
+    from agent_rl.benchmarks import gemm_bench
+    from agent_rl.model_store import resolve_model
+    from kernels.llama import LlamaConfig
+
+    config_file = resolve_model(model) / "config.json"
+    config = LlamaConfig.from_hf(json.loads(config_file.read_text()))
+    counts = [int(r) for r in rows.split(",") if r.strip()]
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter(f"rows must be positive integers, got {rows!r}")
+    _save(gemm_bench.run(console, config, counts), out)
+
+
 @app.command("pipeline")
 def bench_pipeline(
     config: Annotated[Path, typer.Option(help="The run config both modes use.")] = Path("configs/smoke.yaml"),

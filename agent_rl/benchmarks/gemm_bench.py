@@ -1,0 +1,78 @@
+"""The matched GEMM against the one vLLM's stock CPU model runs (oneDNN, weights prepacked).
+
+The GEMM is most of a decode step's work, so this is where the matched rollout's cost at large
+batches comes from. Each shape is a Llama layer's projection (or the lm_head) of the given
+model config; both kernels take turns on the same inputs and each reports its best repeat.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from kernels.llama import LlamaConfig
+
+
+def projection_shapes(config: LlamaConfig) -> dict[str, tuple[int, int]]:
+    """(N, K) of each distinct projection of a layer, and of the lm_head."""
+    hidden, kv = config.hidden_size, config.num_kv_heads * config.head_dim
+    return {
+        "q/o_proj": (config.num_heads * config.head_dim, hidden),
+        "k/v_proj": (kv, hidden),
+        "gate/up_proj": (config.intermediate_size, hidden),
+        "down_proj": (hidden, config.intermediate_size),
+        "lm_head": (config.vocab_size, hidden),
+    }
+
+
+def run(console: Console, config: LlamaConfig, rows: list[int], repeats: int = 5,
+        flops_per_call: float = 2e8) -> list[dict]:
+    """GFLOP/s of the matched `kernels.ops.linear` and of vLLM's oneDNN GEMM, per shape."""
+    from vllm import _custom_ops as vllm_ops
+
+    from kernels import ops
+
+    if not vllm_ops._supports_onednn:
+        raise RuntimeError("this vLLM build has no oneDNN GEMM to compare with")
+    results = []
+    for m in rows:
+        for name, (n, k) in projection_shapes(config).items():
+            x, weight = torch.randn(m, k), torch.randn(n, k)
+            handler = vllm_ops.create_onednn_mm(weight.t(), 32)
+            calls = max(1, int(flops_per_call / (2 * m * n * k)))
+            best = _best_of_turns({
+                "matched": partial(ops.linear, x, weight),
+                "oneDNN": partial(vllm_ops.onednn_mm, handler, x, None),
+            }, calls, repeats)
+            rates = {kind: 2 * m * n * k / seconds / 1e9 for kind, seconds in best.items()}
+            results.append({"rows": m, "projection": name, "n": n, "k": k,
+                            "matched_gflops": rates["matched"], "onednn_gflops": rates["oneDNN"],
+                            "ratio": rates["matched"] / rates["oneDNN"]})
+    table = Table(title=f"GEMM, matched vs vLLM's oneDNN ({torch.get_num_threads()} threads)")
+    for column in ("rows", "projection", "N x K", "matched GFLOP/s", "oneDNN GFLOP/s", "ratio"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(str(r["rows"]), r["projection"], f"{r['n']} x {r['k']}",
+                      f"{r['matched_gflops']:.0f}", f"{r['onednn_gflops']:.0f}", f"{r['ratio']:.2f}")
+    console.print(table)
+    return results
+
+
+def _best_of_turns(steps: dict[str, Callable[[], object]], calls: int,
+                   repeats: int) -> dict[str, float]:
+    """Best seconds per call of each step; one warm-up each, then the steps take turns."""
+    best = dict.fromkeys(steps, float("inf"))
+    for step in steps.values():
+        step()
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                step()
+            best[name] = min(best[name], (time.perf_counter() - start) / calls)
+    return best
