@@ -144,9 +144,10 @@ def _compiled_cache(kv_cache: torch.Tensor) -> bool:
 def write_paged_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                    slot_mapping: torch.Tensor) -> None:
     """Store new keys/values at their slots; each block holds a head's keys transposed."""
-    if not _compiled_cache(kv_cache):
-        return cpu_ops.write_paged_kv(kv_cache, k, v, slot_mapping)
-    _ops().write_paged_kv(kv_cache, k, v, slot_mapping)
+    if _compiled_cache(kv_cache):
+        _ops().write_paged_kv(kv_cache, k, v, slot_mapping)
+    else:
+        cpu_ops.write_paged_kv(kv_cache, k, v, slot_mapping)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, plan: PagedPlan,

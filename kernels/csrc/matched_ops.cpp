@@ -37,7 +37,7 @@ typedef uint32_t vu32 __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
 constexpr vi kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 constexpr int64_t kKeyBlock = 64;  // attention key blocks, aligned to absolute positions
-constexpr int64_t kQueryTile = 16;  // consecutive queries that share one key-block gather
+constexpr int64_t kQueryTile = 16;  // consecutive queries whose rows share key and value loads
 constexpr int64_t kGemmTile = 64;  // rows (and columns) of one GEMM task
 constexpr int64_t kPrefetchRows = 16;  // how far ahead a decode GEMM prefetches weight rows
 constexpr int64_t kDecodeRows = 16;  // GEMM tiles with at most this many rows prefetch weights
