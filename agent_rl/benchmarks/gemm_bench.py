@@ -2,7 +2,8 @@
 
 The GEMM is most of a decode step's work, so this is where the matched rollout's cost at large
 batches comes from. Each shape is a Llama layer's projection (or the lm_head) of the given
-model config; both kernels take turns on the same inputs and each reports its best repeat.
+model config; both kernels take turns on the same inputs (`kernels_bench.best_interleaved`)
+and each reports its best repeat.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from agent_rl.benchmarks.kernels_bench import best_interleaved
 from kernels.llama import LlamaConfig
 
 
@@ -44,12 +46,13 @@ def run(console: Console, config: LlamaConfig, rows: list[int], repeats: int = 5
         for name, (n, k) in projection_shapes(config).items():
             x, weight = torch.randn(m, k), torch.randn(n, k)
             handler = vllm_ops.create_onednn_mm(weight.t(), 32)
-            calls = max(1, int(flops_per_call / (2 * m * n * k)))
-            best = _best_of_turns({
-                "matched": partial(ops.linear, x, weight),
-                "oneDNN": partial(vllm_ops.onednn_mm, handler, x, None),
-            }, calls, repeats)
-            rates = {kind: 2 * m * n * k / seconds / 1e9 for kind, seconds in best.items()}
+            flops = 2 * m * n * k
+            calls = max(1, int(flops_per_call / flops))
+            rates = best_interleaved({
+                "matched": partial(_gflops, partial(ops.linear, x, weight), flops, calls),
+                "oneDNN": partial(_gflops, partial(vllm_ops.onednn_mm, handler, x, None), flops,
+                                  calls),
+            }, repeats)
             results.append({"rows": m, "projection": name, "n": n, "k": k,
                             "matched_gflops": rates["matched"], "onednn_gflops": rates["oneDNN"],
                             "ratio": rates["matched"] / rates["oneDNN"]})
@@ -63,16 +66,8 @@ def run(console: Console, config: LlamaConfig, rows: list[int], repeats: int = 5
     return results
 
 
-def _best_of_turns(steps: dict[str, Callable[[], object]], calls: int,
-                   repeats: int) -> dict[str, float]:
-    """Best seconds per call of each step; one warm-up each, then the steps take turns."""
-    best = dict.fromkeys(steps, float("inf"))
-    for step in steps.values():
-        step()
-    for _ in range(repeats):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                step()
-            best[name] = min(best[name], (time.perf_counter() - start) / calls)
-    return best
+def _gflops(gemm: Callable[[], object], flops: int, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        gemm()
+    return flops * calls / (time.perf_counter() - start) / 1e9

@@ -44,14 +44,14 @@ def run(console: Console, model_dir: str | Path, dtype: str = "float32", batch_s
     with tempfile.TemporaryDirectory() as tmp:
         matched_dir = use_matched_architecture(model_dir, Path(tmp) / "matched")
         shape = _RolloutShape(batch_size, max_tokens, prompt_tokens, group_size)
-        rollout = _interleaved({
+        rollout = best_interleaved({
             "default": _rollout_step(model_dir, dtype, shape),
             "matched": _rollout_step(matched_dir, dtype, shape),
         }, repeats)
         rows += [{"part": "rollout", "kernels": name, "tokens_per_s": rate}
                  for name, rate in rollout.items()]
         gc.collect()
-    learner = _interleaved({
+    learner = best_interleaved({
         "default": _learner_step("default", model_dir, dtype, learner_tokens),
         "matched": _learner_step("matched", model_dir, dtype, learner_tokens),
     }, repeats)
@@ -78,8 +78,9 @@ def _print_table(console: Console, rows: list[dict], title: str) -> None:
     console.print(table)
 
 
-def _interleaved(steps: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
-    """Best tokens/s of each step; one warm-up each, then the steps take turns."""
+def best_interleaved(steps: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Best rate (tokens/s, GFLOP/s: higher is better) each step returns; one warm-up each,
+    then the steps take turns, so a shared machine's slow spells hit both sides alike."""
     for step in steps.values():
         step()
     best = dict.fromkeys(steps, 0.0)

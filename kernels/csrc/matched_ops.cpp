@@ -7,6 +7,8 @@
 //
 // Reductions use 16 logical lanes written out with GCC vector types: lane l accumulates the
 // terms l, l + 16, l + 32, ... in order, and the 16 lanes are then added in a fixed tree.
+// Attention scores are the exception: with the keys in the lanes, each sums over the head dim
+// in order.
 // Vector operations are lane-wise IEEE adds and multiplies, so the bits do not depend on how
 // wide the machine's registers are; the hot functions are compiled for x86-64-v4 (AVX-512),
 // x86-64-v3 (AVX2) and baseline x86-64 and picked at load time, all with identical results.
@@ -704,7 +706,7 @@ AttentionShape check_shape(const at::Tensor& q, int64_t kv_heads, int64_t dim, d
 
 // Keys (T, kv_heads, D) as (kv_heads, D, padded) columns, zeros past T.
 template <class T>
-std::vector<T> key_columns(const T* k, int64_t length, int64_t kv_heads, int64_t D,
+std::vector<T> transposed_keys(const T* k, int64_t length, int64_t kv_heads, int64_t D,
                            int64_t padded) {
   std::vector<T> columns(kv_heads * D * padded, T(0.0f));
   for (int64_t t = 0; t < length; ++t)
@@ -738,7 +740,7 @@ at::Tensor attention(const at::Tensor& q_in, const at::Tensor& k_in, const at::T
   const int64_t padded = (length + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
   auto run = [&](auto* k_data, auto* v_data) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(k_data)>>;
-    const std::vector<T> columns = key_columns(k_data, length, s.kv_heads, s.dim, padded);
+    const std::vector<T> columns = transposed_keys(k_data, length, s.kv_heads, s.dim, padded);
     const KeySource<T> keys{columns.data(), v_data, nullptr, 0, length, padded};
     run_tiles<T>(q, out, tiles, positions.data(), {keys}, s);
   };
