@@ -24,8 +24,8 @@ from kernels import cpu_ops
 from kernels.cpu_ops import PagedPlan, exp, plan_paged, rotary, rotary_tables
 
 __all__ = ["PagedPlan", "attention", "available", "exp", "linear", "lm_head_logits",
-           "log_softmax", "paged_attention", "plan_paged", "rms_norm", "rotary", "rotary_tables",
-           "silu_and_mul", "unavailable_reason", "write_paged_kv"]
+           "log_softmax", "packed_weight", "paged_attention", "plan_paged", "rms_norm", "rotary",
+           "rotary_tables", "silu_and_mul", "unavailable_reason", "write_paged_kv"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ SOURCES = [Path(__file__).parent / "csrc" / "matched_ops.cpp"]
 # at load time by the source's target_clones, never by the build machine (-march is not set).
 CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-Wno-psabi"]
 _FLOAT_TYPES = (torch.float32, torch.bfloat16)
+_PACKED = "_agent_rl_packed"  # the attribute a weight keeps its packed copy in
 
 _lock = threading.Lock()
 _state: dict[str, str | bool | None] = {"loaded": None, "reason": None}
@@ -97,11 +98,34 @@ def _ops():
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ weight.T; each entry a 16-lane sequential dot product summed in a fixed tree."""
+    """x @ weight.T; each entry one chain of fused multiply-adds over k, in order."""
     if x.dtype not in _FLOAT_TYPES or weight.dtype not in _FLOAT_TYPES or (
             x.dtype == torch.bfloat16 and weight.dtype != torch.bfloat16):
         return cpu_ops.linear(x, weight)
-    return _ops().linear(x, weight)
+    return _ops().linear(x, packed_weight(weight), weight.shape[0])
+
+
+def packed_weight(weight: torch.Tensor) -> torch.Tensor:
+    """The weight in the GEMM's panel layout (panels, K, 64), packed once per weight version.
+
+    Packing reads and writes the whole weight, as much memory traffic as a decode step's GEMM
+    itself, so it is kept on the weight. Rollout weights change only by in-place loads and
+    learner weights by in-place optimizer steps; both bump the version counter, so a changed
+    weight is repacked on its next use. Inference tensors have no version counter, and a
+    weight nothing can attach the pack to is packed on every call.
+    """
+    if weight.is_inference():
+        return _ops().pack_linear_weight(weight)
+    key = (weight.data_ptr(), weight._version, weight.dtype, weight.shape)
+    cached = getattr(weight, _PACKED, None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    packed = _ops().pack_linear_weight(weight.detach())
+    try:
+        setattr(weight, _PACKED, (key, packed))
+    except AttributeError:
+        pass
+    return packed
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

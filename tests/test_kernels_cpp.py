@@ -45,6 +45,19 @@ def test_compiled_linear_rows_are_batch_invariant(dtype: torch.dtype, k: int, n:
     assert rows_invariant(lambda x: cpp_ops.linear(x, weight), rows, BATCH_SIZES) == []
 
 
+def test_compiled_linear_repacks_a_weight_changed_in_place() -> None:
+    """The packed weight is kept per weight version, so an optimizer step or a weight load that
+    writes in place is seen by the next call."""
+    torch.manual_seed(5)
+    weight = torch.nn.Parameter(torch.randn(70, 48))
+    x = torch.randn(9, 48)
+    before = cpp_ops.linear(x, weight)
+    with torch.no_grad():
+        weight.mul_(2)
+    assert torch.equal(cpp_ops.linear(x, weight), 2 * before)  # exact: scaled by a power of 2
+    assert torch.equal(cpp_ops.linear(x, weight), cpp_ops.linear(x, weight.detach().clone()))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_compiled_norm_and_activation_are_batch_invariant(dtype: torch.dtype) -> None:
     torch.manual_seed(1)

@@ -7,16 +7,20 @@
 //
 // Reductions use 16 logical lanes written out with GCC vector types: lane l accumulates the
 // terms l, l + 16, l + 32, ... in order, and the 16 lanes are then added in a fixed tree.
-// Attention scores are the exception: with the keys in the lanes, each sums over the head dim
-// in order.
-// Vector operations are lane-wise IEEE adds and multiplies, so the bits do not depend on how
-// wide the machine's registers are; the hot functions are compiled for x86-64-v4 (AVX-512),
-// x86-64-v3 (AVX2) and baseline x86-64 and picked at load time, all with identical results.
-// The build uses -O2 -ffp-contract=off and no -ffast-math: no FMA contraction, no reassociation.
+// Two reductions differ: an attention score sums over the head dim in order (the keys fill the
+// lanes), and a GEMM entry is one chain of fused multiply-adds over k in order (the output
+// columns fill the lanes).
+// Vector operations are lane-wise IEEE adds, multiplies and explicit fused multiply-adds, so the
+// bits do not depend on how wide the machine's registers are; the hot functions are compiled for
+// x86-64-v4 (AVX-512), x86-64-v3 (AVX2) and baseline x86-64 and picked at load time, all with
+// identical results.
+// The build uses -O2 -ffp-contract=off and no -ffast-math: the compiler fuses no multiply-add
+// the source does not write, and reassociates nothing.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/util/BFloat16.h>
 #include <torch/library.h>
@@ -40,9 +44,9 @@ constexpr int64_t kLanes = 16;
 constexpr vi kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 constexpr int64_t kKeyBlock = 64;  // attention key blocks, aligned to absolute positions
 constexpr int64_t kQueryTile = 16;  // consecutive queries whose rows share key and value loads
-constexpr int64_t kGemmTile = 64;  // rows (and columns) of one GEMM task
-constexpr int64_t kPrefetchRows = 16;  // how far ahead a decode GEMM prefetches weight rows
-constexpr int64_t kDecodeRows = 16;  // GEMM tiles with at most this many rows prefetch weights
+constexpr int64_t kPanel = 64;  // weight columns per packed GEMM panel: 4 vectors
+constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 accumulators
+constexpr int64_t kGemmRows = 48;  // rows of one GEMM task: 8 register blocks
 
 #define MATCHED_INLINE static inline __attribute__((always_inline))
 #define MATCHED_CLONES \
@@ -91,32 +95,6 @@ MATCHED_INLINE float reduce16(vf a) {
   return t[0] + t[1];
 }
 
-// reduce16 of 16 accumulators at once: lane j of the result is reduce16(acc[j]). Shuffles
-// pair the same lanes as reduce16's tree, so every add is the same IEEE add on the same two
-// values and the bits are identical; it only replaces 240 scalar adds with 15 vector ones.
-MATCHED_INLINE vf reduce16x16(const vf* acc) {
-  vf s[8], t[4], u[2];
-  for (int p = 0; p < 8; ++p)  // (l, l+8): lanes 0-7 hold acc[2p], lanes 8-15 acc[2p+1]
-    s[p] = __builtin_shufflevector(acc[2 * p], acc[2 * p + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17,
-                                   18, 19, 20, 21, 22, 23) +
-           __builtin_shufflevector(acc[2 * p], acc[2 * p + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24,
-                                   25, 26, 27, 28, 29, 30, 31);
-  for (int q = 0; q < 4; ++q)  // (l, l+4): lanes 4k..4k+3 hold acc[4q+k]
-    t[q] = __builtin_shufflevector(s[2 * q], s[2 * q + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18,
-                                   19, 24, 25, 26, 27) +
-           __builtin_shufflevector(s[2 * q], s[2 * q + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21,
-                                   22, 23, 28, 29, 30, 31);
-  for (int h = 0; h < 2; ++h)  // (0, 2) and (1, 3): lanes 2k, 2k+1 hold acc[8h+k]
-    u[h] = __builtin_shufflevector(t[2 * h], t[2 * h + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20,
-                                   21, 24, 25, 28, 29) +
-           __builtin_shufflevector(t[2 * h], t[2 * h + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19,
-                                   22, 23, 26, 27, 30, 31);
-  return __builtin_shufflevector(u[0], u[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                 28, 30) +
-         __builtin_shufflevector(u[0], u[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
-                                 29, 31);
-}
-
 template <class T>
 MATCHED_INLINE T from_float(float x) {
   return static_cast<T>(x);  // bf16: round to nearest even, as torch's .to(bfloat16)
@@ -149,137 +127,136 @@ MATCHED_INLINE vf vexp(vf x) {
 MATCHED_INLINE float exp_scalar(float x) { return lane(vexp(splat(x)), 0); }
 
 // ---------------------------------------------------------------------------------------------
-// Linear: out[m, n] = dot(x[m, :], w[n, :]), 16-lane sequential accumulation over k, fixed tree.
+// Linear: out[m, n] = x[m, :] . w[n, :], one fused multiply-add per k, in order k = 0, 1, ...
+//
+// The weight is packed once per weight version (`pack_linear_weight`) into panels of kPanel
+// columns, (panels, K, kPanel): the 64 weights one k step needs are one contiguous 256-byte run.
+// A register block holds rows x 64 outputs; each k step broadcasts one x value per row and
+// multiply-adds it into 4 vectors of outputs. There is no cross-lane reduction: every output is
+// a chain of fmaf(x[m, k], w[n, k], acc) from acc = 0, whatever the block it sits in.
 
-// One 4 x 4 block of outputs: rows xr[0..3] times weight rows wc[0..3]. While it runs it may
-// prefetch `ahead_bytes` of weights at `ahead` into L2 (four cache lines per step).
-template <class TX, class TW, class TO>
-MATCHED_INLINE void linear_block(const TX* const* xr, const TW* const* wc, TO* out, int64_t N,
-                                 int64_t K, int64_t rows, int64_t cols, const TW* ahead,
-                                 int64_t ahead_bytes) {
-  const int64_t k_full = K / kLanes * kLanes, k_tail = K - k_full;
-  constexpr int64_t kStepBytes = kLanes * 4 * static_cast<int64_t>(sizeof(TW));
-  vf acc[16];  // acc[4 * r + c]: row r, column c; zeroed lane-wise so it stays in registers
+// a * b + c lane by lane with one IEEE rounding: one vfmadd where the clone has FMA, exact
+// libm fmaf where it does not, so every clone gives the same bits.
+MATCHED_INLINE vf fma16(float a, vf b, vf c) {
+  vf r;
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) acc[i] = vf{};
-  for (int64_t k = 0; k < k_full; k += kLanes) {
-    const int64_t line = k * 4 * static_cast<int64_t>(sizeof(TW));
-    for (int64_t b = line; b < line + kStepBytes && b < ahead_bytes; b += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(ahead) + b, 0, 1);
-    vf xv[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) xv[r] = load16(xr[r] + k);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const vf wv = load16(wc[c] + k);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) acc[4 * r + c] += xv[r] * wv;
-    }
-  }
-  if (k_tail) {
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      const vf xv = load16_partial(xr[r] + k_full, k_tail);
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) acc[4 * r + c] += xv * load16_partial(wc[c] + k_full, k_tail);
-    }
-  }
-  float sums[kLanes];
-  store16(sums, reduce16x16(acc));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * N + c] = from_float<TO>(sums[4 * r + c]);
+  for (int i = 0; i < kLanes; ++i) r[i] = __builtin_fmaf(a, b[i], c[i]);
+  return r;
 }
 
+template <int R, class TX, class TW, class TO>
+MATCHED_INLINE void linear_block(const TX* x, const TW* panel, TO* out, int64_t N, int64_t K,
+                                 int64_t cols) {
+  vf acc[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) acc[r][v] = vf{};
+  for (int64_t k = 0; k < K; ++k) {
+    const TW* wk = panel + k * kPanel;
+    vf wv[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) wv[v] = load16(wk + kLanes * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float xb = static_cast<float>(x[r * K + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[r][v] = fma16(xb, wv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    TO* o = out + r * N;
+    if (std::is_same_v<TO, float> && cols == kPanel) {
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) store16(reinterpret_cast<float*>(o) + kLanes * v, acc[r][v]);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) o[c] = from_float<TO>(acc[r][c / kLanes][c % kLanes]);
+    }
+  }
+}
+
+// Rows [m0, m_end) of one panel's 64 columns, six rows at a time, then the last 1-5.
 template <class TX, class TW, class TO>
-MATCHED_INLINE void linear_tile(const TX* x, const TW* w, TO* out, int64_t M, int64_t N,
-                                int64_t K, int64_t m0, int64_t n0, int64_t n_tile) {
-  const int64_t m_end = std::min(m0 + kGemmTile, M), n_end = std::min(n0 + n_tile, N);
-  // Rows/columns past the edge repeat the last one; their results are not stored.
-  auto x_rows = [&](int64_t m, const TX** xr) {
-    for (int r = 0; r < 4; ++r) xr[r] = x + std::min(m + r, m_end - 1) * K;
-  };
-  auto w_rows = [&](int64_t n, const TW** wc) {
-    for (int c = 0; c < 4; ++c) wc[c] = w + std::min(n + c, n_end - 1) * K;
-  };
-  const TX* xr[4];
-  const TW* wc[4];
-  if (m_end - m0 <= kDecodeRows) {
-    // Few rows (a decode step): the GEMM streams every weight from DRAM once and would wait on
-    // memory, so columns go outside, and the weight rows kPrefetchRows ahead are fetched into
-    // L2 while a block computes (2x faster in vLLM).
-    for (int64_t n = n0; n < n_end; n += 4) {
-      w_rows(n, wc);
-      const int64_t ahead = std::min(n + kPrefetchRows, N);
-      const int64_t ahead_bytes = (std::min(ahead + 4, N) - ahead) * K * sizeof(TW);
-      for (int64_t m = m0; m < m_end; m += 4) {
-        x_rows(m, xr);
-        linear_block(xr, wc, out + m * N + n, N, K, std::min<int64_t>(4, m_end - m),
-                     std::min<int64_t>(4, n_end - n), w + std::min(ahead, N - 1) * K,
-                     ahead_bytes);
-      }
-    }
-    return;
-  }
-  for (int64_t m = m0; m < m_end; m += 4) {  // many rows: compute-bound, x rows stay in L1
-    x_rows(m, xr);
-    for (int64_t n = n0; n < n_end; n += 4) {
-      w_rows(n, wc);
-      linear_block(xr, wc, out + m * N + n, N, K, std::min<int64_t>(4, m_end - m),
-                   std::min<int64_t>(4, n_end - n), w, 0);
-    }
+MATCHED_INLINE void linear_tile(const TX* x, const TW* packed, TO* out, int64_t N, int64_t K,
+                                int64_t m0, int64_t m_end, int64_t panel) {
+  const TW* p = packed + panel * K * kPanel;
+  const int64_t n0 = panel * kPanel, cols = std::min(kPanel, N - n0);
+  int64_t m = m0;
+  for (; m + kBlockRows <= m_end; m += kBlockRows)
+    linear_block<kBlockRows>(x + m * K, p, out + m * N + n0, N, K, cols);
+  const TX* xm = x + m * K;
+  TO* om = out + m * N + n0;
+  switch (m_end - m) {
+    case 5: linear_block<5>(xm, p, om, N, K, cols); break;
+    case 4: linear_block<4>(xm, p, om, N, K, cols); break;
+    case 3: linear_block<3>(xm, p, om, N, K, cols); break;
+    case 2: linear_block<2>(xm, p, om, N, K, cols); break;
+    case 1: linear_block<1>(xm, p, om, N, K, cols); break;
+    default: break;
   }
 }
 
-#define LINEAR_TILE(NAME, TX, TW, TO)                                                        \
-  MATCHED_CLONES void NAME(const TX* x, const TW* w, TO* out, int64_t M, int64_t N, int64_t K, \
-                           int64_t m0, int64_t n0, int64_t n_tile) {                         \
-    linear_tile<TX, TW, TO>(x, w, out, M, N, K, m0, n0, n_tile);                             \
+#define LINEAR_TILE(NAME, TX, TW, TO)                                                       \
+  MATCHED_CLONES void NAME(const TX* x, const TW* packed, TO* out, int64_t N, int64_t K,    \
+                           int64_t m0, int64_t m_end, int64_t panel) {                      \
+    linear_tile<TX, TW, TO>(x, packed, out, N, K, m0, m_end, panel);                        \
   }
 LINEAR_TILE(linear_tile_f32, float, float, float)
 LINEAR_TILE(linear_tile_bf16, bf16, bf16, bf16)
 LINEAR_TILE(linear_tile_f32_bf16w, float, bf16, float)
 
-at::Tensor linear(const at::Tensor& x_in, const at::Tensor& w_in) {
-  TORCH_CHECK(x_in.dim() >= 1 && w_in.dim() == 2 && x_in.size(-1) == w_in.size(1),
-              "linear: x (..., K) and weight (N, K) expected, got ", x_in.sizes(), " and ",
-              w_in.sizes());
-  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
-  const int64_t K = x.size(-1), N = w.size(0), M = K ? x.numel() / K : 0;
+// (N, K) -> (panels, K, 64): panel p holds columns 64p.. as rows of k; columns past N are 0.
+at::Tensor pack_linear_weight(const at::Tensor& w_in) {
+  TORCH_CHECK(w_in.dim() == 2 && (w_in.scalar_type() == at::kFloat ||
+                                  w_in.scalar_type() == at::kBFloat16),
+              "pack_linear_weight: a float32/bfloat16 weight (N, K) expected, got ",
+              w_in.scalar_type(), " ", w_in.sizes());
+  const int64_t N = w_in.size(0), K = w_in.size(1), panels = (N + kPanel - 1) / kPanel;
+  return at::constant_pad_nd(w_in, {0, 0, 0, panels * kPanel - N})
+      .view({panels, kPanel, K})
+      .transpose(1, 2)
+      .contiguous();
+}
+
+at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed_in, int64_t N) {
+  TORCH_CHECK(x_in.dim() >= 1 && packed_in.dim() == 3 && packed_in.size(2) == kPanel &&
+                  x_in.size(-1) == packed_in.size(1) &&
+                  packed_in.size(0) == (N + kPanel - 1) / kPanel,
+              "linear: x (..., K) and a weight packed by pack_linear_weight expected, got ",
+              x_in.sizes(), " and ", packed_in.sizes(), " for N = ", N);
+  const at::Tensor x = x_in.contiguous(), packed = packed_in.contiguous();
+  const int64_t K = x.size(-1), M = K ? x.numel() / K : 0, panels = packed.size(0);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = N;
   at::Tensor out = at::empty(out_shape, x.options());
   if (M == 0 || N == 0) return out;
-  // Few rows (a decode step) give few 64-column tasks for the threads to share; narrower
-  // column tiles even the load out. Tiling only groups outputs: no element's sum changes.
-  const int64_t m_tiles = (M + kGemmTile - 1) / kGemmTile;
-  const int64_t wide = m_tiles * ((N + kGemmTile - 1) / kGemmTile);
-  const int64_t n_tile = wide >= 8 * at::get_num_threads() ? kGemmTile : kGemmTile / 4;
-  const int64_t n_tiles = (N + n_tile - 1) / n_tile;
-  // Many row tiles (a prefill): consecutive tasks share a row tile, which stays in L2 while the
-  // weights stream past (7-10% faster at 3072 rows in `agent-rl bench gemm`). Few (a decode
-  // step): they share a weight slice instead, and the threads' static halves stay even.
+  // Tasks are (row tile, panel). Few row tiles (a decode step): panel-major, so the threads
+  // stream disjoint halves of the weights. Many (a prefill): row-major, so a row tile stays in
+  // cache while the panels pass. Tiling only groups outputs: no element's sum changes.
+  const int64_t m_tiles = (M + kGemmRows - 1) / kGemmRows;
   const bool rows_outer = m_tiles >= 4 * at::get_num_threads();
   auto run = [&](auto tile_fn, auto* xp, auto* wp, auto* op) {
-    at::parallel_for(0, m_tiles * n_tiles, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t)
-        if (rows_outer)
-          tile_fn(xp, wp, op, M, N, K, (t / n_tiles) * kGemmTile, (t % n_tiles) * n_tile, n_tile);
-        else
-          tile_fn(xp, wp, op, M, N, K, (t % m_tiles) * kGemmTile, (t / m_tiles) * n_tile, n_tile);
+    at::parallel_for(0, m_tiles * panels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t mt = rows_outer ? t / panels : t % m_tiles;
+        const int64_t panel = rows_outer ? t % panels : t / m_tiles;
+        tile_fn(xp, wp, op, N, K, mt * kGemmRows, std::min(M, (mt + 1) * kGemmRows), panel);
+      }
     });
   };
-  if (x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat) {
-    run(linear_tile_f32, x.const_data_ptr<float>(), w.const_data_ptr<float>(),
+  const auto xt = x.scalar_type(), wt = packed.scalar_type();
+  if (xt == at::kFloat && wt == at::kFloat) {
+    run(linear_tile_f32, x.const_data_ptr<float>(), packed.const_data_ptr<float>(),
         out.mutable_data_ptr<float>());
-  } else if (x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16) {
-    run(linear_tile_bf16, x.const_data_ptr<bf16>(), w.const_data_ptr<bf16>(),
+  } else if (xt == at::kBFloat16 && wt == at::kBFloat16) {
+    run(linear_tile_bf16, x.const_data_ptr<bf16>(), packed.const_data_ptr<bf16>(),
         out.mutable_data_ptr<bf16>());
-  } else if (x.scalar_type() == at::kFloat && w.scalar_type() == at::kBFloat16) {
-    run(linear_tile_f32_bf16w, x.const_data_ptr<float>(), w.const_data_ptr<bf16>(),
+  } else if (xt == at::kFloat && wt == at::kBFloat16) {
+    run(linear_tile_f32_bf16w, x.const_data_ptr<float>(), packed.const_data_ptr<bf16>(),
         out.mutable_data_ptr<float>());
   } else {
-    TORCH_CHECK(false, "linear: unsupported dtypes x ", x.scalar_type(), ", weight ",
-                w.scalar_type(), " (float32/bfloat16 expected)");
+    TORCH_CHECK(false, "linear: unsupported dtypes x ", xt, ", weight ", wt,
+                " (float32/bfloat16 expected)");
   }
   return out;
 }
@@ -850,7 +827,8 @@ at::Tensor exp_fp32(const at::Tensor& x_in) {
 }  // namespace
 
 TORCH_LIBRARY(agent_rl_matched, m) {
-  m.def("linear(Tensor x, Tensor weight) -> Tensor", &linear);
+  m.def("linear(Tensor x, Tensor packed, int n) -> Tensor", &linear);
+  m.def("pack_linear_weight(Tensor weight) -> Tensor", &pack_linear_weight);
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", &rms_norm);
   m.def("silu_and_mul(Tensor gate, Tensor up) -> Tensor", &silu_and_mul);
   m.def("attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor", &attention);
