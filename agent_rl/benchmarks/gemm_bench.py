@@ -1,9 +1,10 @@
-"""The matched GEMM against the one vLLM's stock CPU model runs (oneDNN, weights prepacked).
+"""The matched GEMM against the one vLLM's stock CPU model runs (oneDNN).
 
 The GEMM is most of a decode step's work, so this is where the matched rollout's cost at large
 batches comes from. Each shape is a Llama layer's projection (or the lm_head) of the given
-model config; both kernels take turns on the same inputs (`kernels_bench.best_interleaved`)
-and each reports its best repeat.
+model config. Both kernels get their weights packed before timing, as in the engine (oneDNN's
+handle, the matched weight's per-version pack); they take turns on the same inputs
+(`kernels_bench.best_interleaved`) and each reports its best repeat.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def run(console: Console, config: LlamaConfig, rows: list[int], repeats: int = 5
         for name, (n, k) in projection_shapes(config).items():
             x, weight = torch.randn(m, k), torch.randn(n, k)
             handler = vllm_ops.create_onednn_mm(weight.t(), 32)
+            ops.linear(x[:1], weight)  # packs the matched weight, as the engine's first step does
             flops = 2 * m * n * k
             calls = max(1, int(flops_per_call / flops))
             rates = best_interleaved({

@@ -84,6 +84,15 @@ MATCHED_INLINE void store16(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
 
 MATCHED_INLINE float lane(vf v, int i) { return v[i]; }
 
+// a * b + c lane by lane with one IEEE rounding: one vfmadd where the clone has FMA, exact
+// libm fmaf where it does not, so every clone gives the same bits.
+MATCHED_INLINE vf fma16(float a, vf b, vf c) {
+  vf r;
+#pragma GCC unroll 16
+  for (int i = 0; i < kLanes; ++i) r[i] = __builtin_fmaf(a, b[i], c[i]);
+  return r;
+}
+
 // Fixed tree over the 16 lanes: (l, l+8), then (l, l+4), (l, l+2), (l, l+1).
 MATCHED_INLINE float reduce16(vf a) {
   float t[kLanes];
@@ -134,15 +143,6 @@ MATCHED_INLINE float exp_scalar(float x) { return lane(vexp(splat(x)), 0); }
 // A register block holds rows x 64 outputs; each k step broadcasts one x value per row and
 // multiply-adds it into 4 vectors of outputs. There is no cross-lane reduction: every output is
 // a chain of fmaf(x[m, k], w[n, k], acc) from acc = 0, whatever the block it sits in.
-
-// a * b + c lane by lane with one IEEE rounding: one vfmadd where the clone has FMA, exact
-// libm fmaf where it does not, so every clone gives the same bits.
-MATCHED_INLINE vf fma16(float a, vf b, vf c) {
-  vf r;
-#pragma GCC unroll 16
-  for (int i = 0; i < kLanes; ++i) r[i] = __builtin_fmaf(a, b[i], c[i]);
-  return r;
-}
 
 template <int R, class TX, class TW, class TO>
 MATCHED_INLINE void linear_block(const TX* x, const TW* panel, TO* out, int64_t N, int64_t K,
@@ -440,7 +440,8 @@ struct KeySource {
 };
 
 // Scores of NR rows against the kKeyBlock keys of a block: lane j of sc[r][c] is row r's dot
-// product with key 16 c + j, summed over d in order. Each key vector is loaded once for all rows.
+// product with key 16 c + j, a chain of fused multiply-adds over d in order. Each key vector is
+// loaded once for all rows.
 template <int NR, class T>
 MATCHED_INLINE void block_scores(const float* const* q, const T* keys, int64_t ld, int64_t D,
                                  vf (*sc)[4]) {
@@ -458,7 +459,7 @@ MATCHED_INLINE void block_scores(const float* const* q, const T* keys, int64_t l
     for (int r = 0; r < NR; ++r) {
       const float qd = q[r][d];  // a scalar operand: one broadcast load
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) acc[r][c] += kv[c] * qd;
+      for (int c = 0; c < 4; ++c) acc[r][c] = fma16(qd, kv[c], acc[r][c]);
     }
   }
   for (int r = 0; r < NR; ++r)
@@ -476,9 +477,9 @@ MATCHED_INLINE void block_scores_n(int64_t n, const float* const* q, const T* ke
   }
 }
 
-// pv[r] += sum over keys j in [begin, end) of p[r][j] * v_j, in key order, for NR rows at once,
-// so each value vector is loaded once for all of them. The rows may belong to different
-// queries: each row's sum is the same sequence of adds whichever rows share its loads.
+// pv[r] += sum over keys j in [begin, end) of p[r][j] * v_j, fused multiply-adds in key order,
+// for NR rows at once, so each value vector is loaded once for all of them. The rows may belong
+// to different queries: each row's sum is the same chain whichever rows share its loads.
 template <int NR, class T>
 MATCHED_INLINE void value_sums(float* const* pv, const float* const* weights,
                                const T* const* vrows, int64_t begin, int64_t end, int64_t D) {
@@ -499,7 +500,7 @@ MATCHED_INLINE void value_sums(float* const* pv, const float* const* weights,
         for (int r = 0; r < NR; ++r) {
           const float pj = weights[r][j];
 #pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c) sum[r][c] += vv[c] * pj;
+          for (int c = 0; c < 4; ++c) sum[r][c] = fma16(pj, vv[c], sum[r][c]);
         }
       }
 #pragma GCC unroll 4
@@ -515,7 +516,8 @@ MATCHED_INLINE void value_sums(float* const* pv, const float* const* weights,
         vf sum = load16(out);
         for (int64_t j = begin; j < end; ++j) {
           const T* vr = vrows[j] + (c0 + c) * kLanes;
-          sum += (c0 + c < d_full ? load16(vr) : load16_partial(vr, d_tail)) * weights[r][j];
+          const vf vv = c0 + c < d_full ? load16(vr) : load16_partial(vr, d_tail);
+          sum = fma16(weights[r][j], vv, sum);
         }
         store16(out, sum);
       }
