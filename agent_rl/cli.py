@@ -239,11 +239,15 @@ def mismatch_command(
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,8,32",
     dtypes: Annotated[str, typer.Option(help="Comma-separated: float32,bfloat16.")] = "float32,bfloat16",
     max_tokens: Annotated[int, typer.Option(min=1)] = 64,
-    out: Annotated[Path, typer.Option(help="Where the JSON and PNG go.")] = Path("runs/mismatch"),
+    out: Annotated[Path, typer.Option(help="A directory: mismatch.json and mismatch.png go there.")
+                   ] = Path("runs/mismatch"),
 ) -> None:
     """Rollout-vs-learner logprob mismatch, default vs matched kernels, side by side."""
     from agent_rl import mismatch
     from agent_rl.model_store import resolve_model
+
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} is a file; --out names the directory the report goes to")
 
     mismatch.run(console, resolve_model(model), batch_sizes=_ints(batch_sizes),
                  dtypes=tuple(dtypes.split(",")), max_tokens=max_tokens, out_dir=out)

@@ -31,8 +31,9 @@ logger = logging.getLogger(__name__)
 
 EXTENSION_NAME = "agent_rl_matched_ops"
 SOURCES = [Path(__file__).parent / "csrc" / "matched_ops.cpp"]
-# -O2 and exact IEEE semantics: no FMA contraction, no reassociation; vector widths are chosen
-# at load time by the source's target_clones, never by the build machine (-march is not set).
+# -O2 and exact IEEE semantics: no implicit FMA contraction (the source writes its fused
+# multiply-adds), no reassociation; vector widths are chosen at load time by the source's
+# target_clones, never by the build machine (-march is not set).
 CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-Wno-psabi"]
 _FLOAT_TYPES = (torch.float32, torch.bfloat16)
 _PACKED = "_agent_rl_packed"  # the attribute a weight keeps its packed copy in
