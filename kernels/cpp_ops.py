@@ -23,9 +23,10 @@ import torch
 from kernels import cpu_ops
 from kernels.cpu_ops import PagedPlan, exp, plan_paged, rotary, rotary_tables
 
-__all__ = ["PagedPlan", "attention", "available", "exp", "linear", "lm_head_logits",
-           "log_softmax", "packed_weight", "paged_attention", "plan_paged", "rms_norm", "rotary",
-           "rotary_tables", "silu_and_mul", "unavailable_reason", "write_paged_kv"]
+__all__ = ["PagedPlan", "attention", "available", "exp", "forget_packed_weights", "linear",
+           "lm_head_logits", "log_softmax", "packed_weight", "paged_attention", "plan_paged",
+           "rms_norm", "rotary", "rotary_tables", "silu_and_mul", "unavailable_reason",
+           "write_paged_kv"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ SOURCES = [Path(__file__).parent / "csrc" / "matched_ops.cpp"]
 CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-Wno-psabi"]
 _FLOAT_TYPES = (torch.float32, torch.bfloat16)
 _PACKED = "_agent_rl_packed"  # the attribute a weight keeps its packed copy in
+_pack_epoch = 0  # moved by forget_packed_weights; part of every pack's key
 
 _lock = threading.Lock()
 _state: dict[str, str | bool | None] = {"loaded": None, "reason": None}
@@ -111,13 +113,14 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
 
     Packing reads and writes the whole weight, as much memory traffic as a decode step's GEMM
     itself, so it is kept on the weight. Rollout weights change only by in-place loads and
-    learner weights by in-place optimizer steps; both bump the version counter, so a changed
-    weight is repacked on its next use. Inference tensors have no version counter, and a
-    weight nothing can attach the pack to is packed on every call.
+    learner weights by in-place optimizer steps, which bump the version counter, so a changed
+    weight is repacked on its next use. A write through `.data` (vLLM's weight loaders) leaves
+    the counter alone: whoever writes so calls `forget_packed_weights`. Inference tensors have
+    no version counter, and a weight nothing can attach the pack to is packed on every call.
     """
     if weight.is_inference():
         return _ops().pack_linear_weight(weight)
-    key = (weight.data_ptr(), weight._version, weight.dtype, weight.shape)
+    key = (_pack_epoch, weight.data_ptr(), weight._version, weight.dtype, weight.shape)
     cached = getattr(weight, _PACKED, None)
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -127,6 +130,13 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     except AttributeError:
         pass
     return packed
+
+
+def forget_packed_weights() -> None:
+    """Repack every weight on its next use: after weights were written where the version
+    counter does not see it (a copy into `.data`)."""
+    global _pack_epoch
+    _pack_epoch += 1
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

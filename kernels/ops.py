@@ -87,6 +87,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return backend(x).linear(x, weight)
 
 
+def forget_packed_weights() -> None:
+    """Call after writing weights through `.data` (as vLLM's weight loaders do): the compiled
+    GEMM's per-version weight packs cannot see such a write (`cpp_ops.packed_weight`)."""
+    cpp_ops.forget_packed_weights()
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """Llama RMSNorm over the last dim."""
     fast = partial(backend(x).rms_norm, eps=eps)

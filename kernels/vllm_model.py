@@ -105,6 +105,7 @@ class MatchedLlamaForCausalLM(nn.Module):
             getattr(param, "weight_loader", default_weight_loader)(param, tensor)
             loaded.add(f"model.{name}")
         self._fp32_head = None
+        ops.forget_packed_weights()  # the loaders copy into `.data`: no version counter moves
         return loaded
 
 

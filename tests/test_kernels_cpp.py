@@ -56,6 +56,9 @@ def test_compiled_linear_repacks_a_weight_changed_in_place() -> None:
         weight.mul_(2)
     assert torch.equal(cpp_ops.linear(x, weight), 2 * before)  # exact: scaled by a power of 2
     assert torch.equal(cpp_ops.linear(x, weight), cpp_ops.linear(x, weight.detach().clone()))
+    weight.data.mul_(2)  # as vLLM's loaders write: the version counter does not move
+    ops.forget_packed_weights()
+    assert torch.equal(cpp_ops.linear(x, weight), 4 * before)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -101,3 +101,24 @@ def test_vllm_runs_the_matched_model(engine_and_learner) -> None:
     llm, _ = engine_and_learner
     names = llm.apply_model(lambda model: type(model).__name__)
     assert names == ["MatchedLlamaForCausalLM"]
+
+
+def test_reloaded_weights_give_the_learner_logprobs_of_the_new_weights(
+    engine_and_learner, tmp_path: Path
+) -> None:
+    # The reload the pipeline runs. vLLM's loaders write through `.data`, which moves no version
+    # counter, so the GEMM's cached weight packs must be dropped by the model's load_weights.
+    # The original weights are reloaded at the end, for the tests after this one.
+    from agent_rl.weight_sync import write_weights
+
+    llm, learner = engine_and_learner
+    original = {name: tensor.clone() for name, tensor in learner.state_dict().items()}
+    generator = torch.Generator().manual_seed(7)
+    perturbed = {name: tensor + (0.05 * torch.randn(tensor.shape, generator=generator)).to(tensor.dtype)
+                 for name, tensor in original.items()}
+    for name, weights in (("new", perturbed), ("old", original)):
+        directory = write_weights(weights, tmp_path / name)
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": str(directory)})
+        llm.reset_prefix_cache()  # cached KV belongs to the weights before the reload
+        learner.load_weights(weights.items())
+        assert _max_abs_diff(llm, learner, PROMPTS[:4], max_tokens=16) == 0.0, name
