@@ -135,6 +135,34 @@ MATCHED_INLINE vf vexp(vf x) {
 
 MATCHED_INLINE float exp_scalar(float x) { return lane(vexp(splat(x)), 0); }
 
+// acc[r][v] lane j = the chain over i = 0, 1, ..., n - 1 of fmaf(a[r][i], b[i * ldb + 16 v + j],
+// acc), from acc = 0: R rows of a against 64 columns of b, each b vector loaded once for all
+// rows. The GEMM (rows of x against a packed weight panel) and attention scores (query rows
+// against a block's transposed keys) are both this.
+template <int R, class TA, class TB>
+MATCHED_INLINE void outer_products(const TA* const* a, const TB* b, int64_t ldb, int64_t n,
+                                   vf (*acc)[4]) {
+  vf sum[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) sum[r][v] = vf{};
+  for (int64_t i = 0; i < n; ++i) {
+    const TB* bi = b + i * ldb;
+    vf bv[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) bv[v] = load16(bi + kLanes * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float ai = static_cast<float>(a[r][i]);  // a scalar operand: one broadcast load
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) sum[r][v] = fma16(ai, bv[v], sum[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = sum[r][v];
+}
+
 // ---------------------------------------------------------------------------------------------
 // Linear: out[m, n] = x[m, :] . w[n, :], one fused multiply-add per k, in order k = 0, 1, ...
 //
@@ -147,23 +175,10 @@ MATCHED_INLINE float exp_scalar(float x) { return lane(vexp(splat(x)), 0); }
 template <int R, class TX, class TW, class TO>
 MATCHED_INLINE void linear_block(const TX* x, const TW* panel, TO* out, int64_t N, int64_t K,
                                  int64_t cols) {
+  const TX* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = x + r * K;
   vf acc[R][4];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) acc[r][v] = vf{};
-  for (int64_t k = 0; k < K; ++k) {
-    const TW* wk = panel + k * kPanel;
-    vf wv[4];
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) wv[v] = load16(wk + kLanes * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const float xb = static_cast<float>(x[r * K + k]);
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) acc[r][v] = fma16(xb, wv[v], acc[r][v]);
-    }
-  }
+  outer_products<R>(rows, panel, kPanel, K, acc);
   for (int r = 0; r < R; ++r) {
     TO* o = out + r * N;
     if (std::is_same_v<TO, float> && cols == kPanel) {
@@ -439,41 +454,16 @@ struct KeySource {
   }
 };
 
-// Scores of NR rows against the kKeyBlock keys of a block: lane j of sc[r][c] is row r's dot
-// product with key 16 c + j, a chain of fused multiply-adds over d in order. Each key vector is
-// loaded once for all rows.
-template <int NR, class T>
-MATCHED_INLINE void block_scores(const float* const* q, const T* keys, int64_t ld, int64_t D,
-                                 vf (*sc)[4]) {
-  vf acc[NR][4];
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) acc[r][c] = vf{};
-  for (int64_t d = 0; d < D; ++d) {
-    const T* kd = keys + d * ld;
-    vf kv[4];
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) kv[c] = load16(kd + c * kLanes);
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; ++r) {
-      const float qd = q[r][d];  // a scalar operand: one broadcast load
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) acc[r][c] = fma16(qd, kv[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < NR; ++r)
-    for (int c = 0; c < 4; ++c) sc[r][c] = acc[r][c];
-}
-
+// Scores of n (1-4) rows against the kKeyBlock keys of a block: lane j of sc[r][c] is row r's
+// dot product with key 16 c + j, a chain of fused multiply-adds over d in order.
 template <class T>
 MATCHED_INLINE void block_scores_n(int64_t n, const float* const* q, const T* keys, int64_t ld,
                                    int64_t D, vf (*sc)[4]) {
   switch (n) {
-    case 4: block_scores<4>(q, keys, ld, D, sc); break;
-    case 3: block_scores<3>(q, keys, ld, D, sc); break;
-    case 2: block_scores<2>(q, keys, ld, D, sc); break;
-    default: block_scores<1>(q, keys, ld, D, sc); break;
+    case 4: outer_products<4>(q, keys, ld, D, sc); break;
+    case 3: outer_products<3>(q, keys, ld, D, sc); break;
+    case 2: outer_products<2>(q, keys, ld, D, sc); break;
+    default: outer_products<1>(q, keys, ld, D, sc); break;
   }
 }
 
