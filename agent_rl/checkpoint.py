@@ -113,7 +113,8 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], RunState]:
     missing = [n for n in ("learner.pt", "rng.pt", "run_state.json") if not (path / n).exists()]
     if missing:
         raise FileNotFoundError(f"checkpoint {path} is incomplete, missing {missing}; delete it")
-    learner_state = torch.load(path / "learner.pt", weights_only=True)
+    # On the CPU whatever device wrote it: the learner copies it onto its own device.
+    learner_state = torch.load(path / "learner.pt", map_location="cpu", weights_only=True)
     # Our own file: numpy's RNG state is an ndarray, which weights_only refuses.
     _restore_rng_state(torch.load(path / "rng.pt", weights_only=False))
     state = RunState.from_dict(json.loads((path / "run_state.json").read_text()))

@@ -53,6 +53,7 @@ class LearnerSettings:
     diagnose_flat_groups: bool = True  # forward flat groups (no gradient) for IS/KL metrics
     share_prompt: bool = True  # a group's common prompt is forwarded once (matched kernels)
     seed: int = 0
+    device: str = "cpu"  # where the model, optimizer and recomputed logprobs live
 
 
 class PolicyModel(Protocol):
@@ -119,6 +120,9 @@ class MatchedPolicy:
     def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: list[torch.Tensor]
                                ) -> list[torch.Tensor]:
         return self.module.shared_prefix_logprobs(prefix, suffixes, self.temperature)
+
+    def packed_token_logprobs(self, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
+        return self.module.packed_token_logprobs(sequences, self.temperature)
 
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
         # MatchedLlama names its parameters like HF's LlamaModel, without the "model." prefix.
@@ -189,6 +193,7 @@ class Learner:
 
     def __init__(self, settings: LearnerSettings) -> None:
         self.settings = settings
+        self.device = learner_device(settings.device)
         torch.manual_seed(settings.seed)
         policy_class = MatchedPolicy if settings.matched_kernels else TransformersPolicy
         self.policy: PolicyModel = policy_class(
@@ -197,6 +202,7 @@ class Learner:
             settings.temperature,
             settings.activation_checkpointing,
         )
+        self.policy.module.to(self.device)
         self.policy.module.train()
         self.parameters = [p for p in self.policy.module.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
@@ -210,9 +216,9 @@ class Learner:
 
     def token_logprobs(self, token_ids: list[int] | torch.Tensor) -> torch.Tensor:
         """(T-1,) logprobs of tokens 1..T-1 under the current weights, without a graph."""
-        ids = torch.as_tensor(token_ids, dtype=torch.long)
+        ids = torch.as_tensor(token_ids, dtype=torch.long).to(self.device)
         with torch.no_grad():
-            return self.policy.token_logprobs(ids)
+            return self.policy.token_logprobs(ids).cpu()
 
     def train_step(self, groups: list[Group]) -> dict[str, Any]:
         """One optimizer update on `groups`; returns the update's metrics."""
@@ -274,15 +280,16 @@ class Learner:
         forward_tokens = 0
         self.optimizer.zero_grad(set_to_none=True)
         for mb_samples in micro_batches(b_samples, self.settings.micro_batch_tokens):
-            mb_loss = torch.zeros(())
+            mb_loss = torch.zeros((), device=self.device)
             for sample, logprobs in self._model_logprobs(mb_samples):
                 if sample.needs_grad:
-                    behavior = sample.behavior_logprobs.to(logprobs.dtype)
+                    behavior = sample.behavior_logprobs.to(logprobs.device, logprobs.dtype)
                     loss = response_loss(logprobs, behavior, sample.advantage, loss_settings)
                     mb_loss = mb_loss + loss
                 with torch.no_grad():
-                    b_weights.append(torch.exp(logprobs.double() - sample.behavior_logprobs))
-                    b_kl.append(k3_kl(logprobs.double(), sample.behavior_logprobs))
+                    learner_logprobs = logprobs.double().cpu()
+                    b_weights.append(torch.exp(learner_logprobs - sample.behavior_logprobs))
+                    b_kl.append(k3_kl(learner_logprobs, sample.behavior_logprobs))
                 forward_tokens += sample.num_tokens
             # Every response counts 1/num_responses, flat groups included, so the loss is the
             # mean over all responses of the update however they were split into micro-batches.
@@ -302,22 +309,35 @@ class Learner:
         }
 
     def _model_logprobs(self, samples: list[Sample]) -> Iterator[tuple[Sample, torch.Tensor]]:
-        """Each sample with the learner's logprobs of its sampled tokens, in order. Responses of
-        one group run as one shared-prompt pass when the model has one (same bits as alone)."""
+        """Each sample with the learner's logprobs of its sampled tokens. Responses of one group
+        run as one shared-prompt pass when the model has one; the others run packed into one
+        stream per forward. Both give each response the bits it gets alone."""
+        loose: list[Sample] = []
         for _, run in itertools.groupby(samples, key=lambda sample: sample.group):
             run = list(run)
+            prefix = self._shared_prefix_length(run)
+            if not prefix:
+                loose += run
+                continue
+            ids = [sample.token_ids.to(self.device) for sample in run]
             with torch.set_grad_enabled(run[0].needs_grad):
-                prefix = self._shared_prefix_length(run)
-                if prefix:
-                    rows = self.policy.shared_prefix_logprobs(
-                        run[0].token_ids[:prefix], [sample.token_ids[prefix:] for sample in run]
-                    )
-                    for sample, logprobs in zip(run, rows, strict=True):
-                        yield sample, logprobs[sample.model_positions - prefix]
-                else:
-                    for sample in run:
-                        logprobs = self.policy.token_logprobs(sample.token_ids)
-                        yield sample, logprobs[sample.model_positions]
+                rows = self.policy.shared_prefix_logprobs(ids[0][:prefix],
+                                                          [i[prefix:] for i in ids])
+            for sample, logprobs in zip(run, rows, strict=True):
+                yield sample, logprobs[sample.model_positions.to(self.device) - prefix]
+        for needs_grad in (True, False):
+            batch = [sample for sample in loose if sample.needs_grad == needs_grad]
+            if not batch:
+                continue
+            with torch.set_grad_enabled(needs_grad):
+                rows = self._packed_logprobs([sample.token_ids.to(self.device) for sample in batch])
+            for sample, logprobs in zip(batch, rows, strict=True):
+                yield sample, logprobs[sample.model_positions.to(self.device)]
+
+    def _packed_logprobs(self, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
+        if hasattr(self.policy, "packed_token_logprobs") and min(s.numel() for s in sequences) > 1:
+            return self.policy.packed_token_logprobs(sequences)
+        return [self.policy.token_logprobs(ids) for ids in sequences]
 
     def _shared_prefix_length(self, run: list[Sample]) -> int:
         """How many leading tokens the run can share: common to all its samples and before the
@@ -350,8 +370,8 @@ class Learner:
         return float(norm)
 
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
-        """The current weights under Hugging Face names, for broadcasting to the rollout."""
-        return self.policy.rollout_state_dict()
+        """The current weights under Hugging Face names, on the CPU, for the rollout."""
+        return {name: tensor.cpu() for name, tensor in self.policy.rollout_state_dict().items()}
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -364,6 +384,20 @@ class Learner:
         self.policy.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.version = int(state["version"])
+
+
+def learner_device(name: str) -> torch.device:
+    """The device `learner_device` names, checked before any model is built."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise LearnerError(f"learner_device {name!r} is not a device; use 'cpu' or 'cuda'") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise LearnerError(f"learner_device {name!r} asks for a CUDA GPU, but torch sees none "
+                           f"(torch {torch.__version__}); use learner_device: cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise LearnerError(f"learner_device {name!r}: the learner runs on 'cpu' or 'cuda'")
+    return device
 
 
 def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor]) -> dict[str, float]:

@@ -158,6 +158,7 @@ def learner_settings(config: TrainConfig, model_dir: Path) -> LearnerSettings:
         diagnose_flat_groups=config.diagnose_flat_groups,
         share_prompt=config.share_prompt,
         seed=config.seed,
+        device=config.learner_device,
     )
 
 

@@ -61,6 +61,10 @@ class TrainConfig(StrictModel):
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="learner and rollout dtype"
     )
+    learner_device: str = Field(
+        "cpu", pattern=r"^(cpu|cuda(:[0-9]+)?)$",
+        description="where the learner trains: cpu, or cuda (the matched kernels run on Triton)",
+    )
     micro_batch_tokens: int = Field(8192, ge=1, description="token budget of one backward pass")
     diagnose_flat_groups: bool = Field(
         True, description="forward zero-variance groups (no gradient) so IS/KL cover all tokens"

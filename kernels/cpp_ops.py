@@ -5,7 +5,9 @@ fixed order (see the source's header), so they need none of the torch backend's 
 elementwise exp tricks and run much faster. The extension is compiled on first use with
 `torch.utils.cpp_extension` and cached under `TORCH_EXTENSIONS_DIR`, else
 `$AGENT_RL_HOME/torch_extensions` (default `~/.cache/agent-rl/torch_extensions`). When it cannot
-be built, `kernels.ops` falls back to the pure-torch `cpu_ops` and logs why, once.
+be built, `kernels.ops` falls back to the pure-torch `cpu_ops` and logs why, once. The build holds
+an AVX-512, an AVX2 and a baseline clone of each kernel; `AGENT_RL_KERNELS_ISA` (`kernels.isa`)
+builds one level alone, so that tests can compare the clones' bits.
 
 Rotary embeddings and log-softmax stay in torch: both are exact elementwise or row-wise
 library ops already (see `cpu_ops`).
@@ -16,16 +18,17 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from kernels import cpu_ops
+from kernels import cpu_ops, isa
 from kernels.cpu_ops import PagedPlan, exp, plan_paged, rotary, rotary_tables
 
 __all__ = ["PagedPlan", "attention", "available", "exp", "forget_packed_weights", "linear",
-           "lm_head_logits", "log_softmax", "packed_weight", "paged_attention", "plan_paged",
-           "rms_norm", "rotary", "rotary_tables", "silu_and_mul", "unavailable_reason",
+           "lm_head_logits", "log_softmax", "packed_attention", "packed_weight", "paged_attention",
+           "plan_paged", "rms_norm", "rotary", "rotary_tables", "silu_and_mul", "unavailable_reason",
            "write_paged_kv"]
 
 logger = logging.getLogger(__name__)
@@ -44,6 +47,16 @@ _lock = threading.Lock()
 _state: dict[str, str | bool | None] = {"loaded": None, "reason": None}
 
 
+def _level_suffix() -> tuple[str, list[str]]:
+    """The extension name's suffix and the define for a level forced by AGENT_RL_KERNELS_ISA
+    (each level is built and cached apart; the default build holds every level's clone)."""
+    level = isa.forced_level()
+    if level is None:
+        return "", []
+    token = level.replace("-", "_").upper()
+    return f"_{token.lower()}", [f"-DMATCHED_ISA_{token}"]
+
+
 def build_directory() -> Path:
     """Where the compiled extension is cached (kernels/ does not import agent_rl)."""
     if env := os.environ.get("TORCH_EXTENSIONS_DIR"):
@@ -53,7 +66,8 @@ def build_directory() -> Path:
     else:
         cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
         root = Path(cache) / "agent-rl" / "torch_extensions"
-    path = root / f"{EXTENSION_NAME}_torch{torch.__version__.replace('+', '_')}"
+    name = EXTENSION_NAME + _level_suffix()[0]
+    path = root / f"{name}_torch{torch.__version__.replace('+', '_')}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -86,9 +100,14 @@ def _load() -> str | None:
     if hasattr(torch.ops, "agent_rl_matched") and hasattr(torch.ops.agent_rl_matched, "linear"):
         return None
     try:
+        suffix, defines = _level_suffix()
+    except isa.IsaError as error:
+        return str(error)
+    try:
         from torch.utils.cpp_extension import load
 
-        load(name=EXTENSION_NAME, sources=[str(s) for s in SOURCES], extra_cflags=CFLAGS,
+        load(name=EXTENSION_NAME + suffix, sources=[str(s) for s in SOURCES],
+             extra_cflags=CFLAGS + defines,
              extra_ldflags=["-fopenmp"], build_directory=str(build_directory()),
              is_python_module=False, verbose=False)
     except Exception as error:  # a compiler error, a missing toolchain, an unwritable cache
@@ -168,6 +187,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in _FLOAT_TYPES:
         return cpu_ops.attention(q, k, v, scale)
     return _ops().attention(q, k, v, scale)
+
+
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Sequence[int],
+                     scale: float) -> torch.Tensor:
+    """`attention` of each of several sequences packed back to back in one stream."""
+    return cpu_ops.attend_each(attention, q, k, v, lengths, scale)
 
 
 def _compiled_cache(kv_cache: torch.Tensor) -> bool:

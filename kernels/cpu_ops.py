@@ -20,6 +20,7 @@ decode step as in a teacher-forced pass over the whole sequence.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -236,6 +237,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
     keys = _pad_keys(k, padded)[None].expand(tiles.token_index.shape[0], -1, -1, -1)
     values = _pad_keys(v, padded)[None].expand(tiles.token_index.shape[0], -1, -1, -1)
     return _run_tiles(q, tiles, keys, values, scale)
+
+
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Sequence[int],
+                     scale: float) -> torch.Tensor:
+    """`attention` of each of several sequences packed back to back in one stream."""
+    return attend_each(attention, q, k, v, lengths, scale)
+
+
+def attend_each(attention_fn: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor, lengths: Sequence[int], scale: float) -> torch.Tensor:
+    """One `attention_fn` call per packed sequence: on the CPU the row-wise ops and the GEMMs
+    already run over the whole stream, so the per-sequence attention calls are all that is left."""
+    sizes = list(lengths)
+    return torch.cat([attention_fn(sq, sk, sv, scale) for sq, sk, sv in
+                      zip(q.split(sizes), k.split(sizes), v.split(sizes), strict=True)])
 
 
 def _pad_keys(k: torch.Tensor, padded: int) -> torch.Tensor:

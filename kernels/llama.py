@@ -151,6 +151,7 @@ class MatchedLlama(nn.Module):
         # the learner would rotate with other values than the rollout.
         self.rope_tables = cpu_ops.rotary_tables(
             config.head_dim, config.max_positions, config.rope_theta)
+        self._rope_by_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         # Recompute each block's activations in the backward instead of keeping them: long
         # (16K) sequences fit in memory, and the ops are deterministic, so the gradients keep
         # their bits.
@@ -203,9 +204,11 @@ class MatchedLlama(nn.Module):
                       attend: Attend) -> torch.Tensor:
         """Final-norm hidden states of a flat token stream (T,) at the given positions."""
         x = self.embed_tokens(input_ids)
-        if self.rope_tables[0].device != positions.device:
-            self.rope_tables = tuple(t.to(positions.device) for t in self.rope_tables)
-        cos, sin = self.rope_tables[0][positions], self.rope_tables[1][positions]
+        if positions.device != input_ids.device:
+            raise ValueError(f"positions on {positions.device} but token ids on "
+                             f"{input_ids.device}; make both on the model's device")
+        cos, sin = self._rope_on(positions.device)
+        cos, sin = cos[positions], sin[positions]
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.layers:
             if recompute:
@@ -213,6 +216,14 @@ class MatchedLlama(nn.Module):
             else:
                 x = block(x, cos, sin, attend)
         return self.norm(x)
+
+    def _rope_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fp32 rotary tables on `device`, copied there once (a copy keeps every bit)."""
+        tables = self._rope_by_device.get(device)
+        if tables is None:
+            tables = tuple(t.to(device) for t in self.rope_tables)
+            self._rope_by_device[device] = tables
+        return tables
 
     def _sequence_hidden(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced pass over one or more sequences: (T,) -> (T, C), (B, T) -> (B, T, C)."""
@@ -227,7 +238,7 @@ class MatchedLlama(nn.Module):
         def attend(_layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return ops.attention(q, k, v, scale)
 
-        return self.hidden_states(input_ids, torch.arange(length), attend)
+        return self.hidden_states(input_ids, torch.arange(length, device=input_ids.device), attend)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """fp32 logits for every position: (T,) -> (T, V) or (B, T) -> (B, T, V)."""
@@ -241,6 +252,42 @@ class MatchedLlama(nn.Module):
         """
         hidden = self._sequence_hidden(input_ids)[..., :-1, :]
         return ops.lm_head_logprobs(hidden, self.lm_head_weight, input_ids[..., 1:], temperature)
+
+    def packed_token_logprobs(self, sequences: Sequence[torch.Tensor], temperature: float = 1.0
+                              ) -> list[torch.Tensor]:
+        """`token_logprobs(sequence)` for each sequence, bit for bit, in one forward: the
+        sequences run back to back as one flat stream, their boundaries given to attention, so
+        the GEMMs see every token at once and nothing loops over sequences in Python (on a GPU;
+        the CPU kernels attend one sequence at a time inside the op)."""
+        if not sequences:
+            return []
+        lengths = [sequence.shape[0] for sequence in sequences]
+        if min(lengths) < 2:
+            raise ValueError("each packed sequence needs at least two tokens")
+        if max(lengths) > self.config.max_positions:
+            raise ValueError(f"sequence of {max(lengths)} tokens exceeds the model's "
+                             f"{self.config.max_positions} positions")
+        device = sequences[0].device
+        ids = torch.cat(list(sequences))
+        total, count = ids.shape[0], len(lengths)
+        lengths_t = torch.tensor(lengths, device=device)
+        starts = torch.cumsum(lengths_t, 0) - lengths_t
+        positions = (torch.arange(total, device=device)
+                     - torch.repeat_interleave(starts, lengths_t, output_size=total))
+        scale = self.config.head_dim ** -0.5
+
+        def attend(_layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            return ops.packed_attention(q, k, v, lengths, scale)
+
+        hidden = self.hidden_states(ids, positions, attend)
+        # Row t of a sequence predicts its token t+1, so each sequence's last row has no target:
+        # kept row j (of total - count) is stream row j + (the index of j's sequence).
+        owner = torch.repeat_interleave(torch.arange(count, device=device), lengths_t - 1,
+                                        output_size=total - count)
+        rows = torch.arange(total - count, device=device) + owner
+        logprobs = ops.lm_head_logprobs(hidden[rows], self.lm_head_weight, ids[rows + 1],
+                                        temperature)
+        return list(logprobs.split([length - 1 for length in lengths]))
 
     def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: Sequence[torch.Tensor],
                                temperature: float = 1.0) -> list[torch.Tensor]:
@@ -267,7 +314,7 @@ class MatchedLlama(nn.Module):
             prefix_qkv[layer] = (q, k, v)
             return ops.attention(q, k, v, scale)
 
-        self.hidden_states(prefix, torch.arange(length), attend_prefix)
+        self.hidden_states(prefix, torch.arange(length, device=prefix.device), attend_prefix)
         lengths = [suffix.shape[0] for suffix in suffixes]
 
         def attend_suffixes(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -280,7 +327,8 @@ class MatchedLlama(nn.Module):
                                       strict=True)
             ])
 
-        positions = torch.cat([torch.arange(length, length + n) for n in lengths])
+        positions = torch.cat([torch.arange(length, length + n, device=prefix.device)
+                               for n in lengths])
         hidden = self.hidden_states(torch.cat(list(suffixes)), positions, attend_suffixes)
         rows = torch.cat([h[:-1] for h in hidden.split(lengths)])
         targets = torch.cat([suffix[1:] for suffix in suffixes])

@@ -9,7 +9,7 @@ to agree bit for bit with the rollout.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from types import ModuleType
 
@@ -128,6 +128,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -
     return fast(q, k, v)
 
 
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Sequence[int],
+                     scale: float) -> torch.Tensor:
+    """Causal self-attention of several sequences packed back to back in one stream.
+
+    q: (T, heads, D), k/v: (T, kv_heads, D) with T = lengths.sum(); each sequence attends over
+    its own keys only, and each of its queries gets the bits `attention` gives the sequence alone.
+    `lengths` are the sequences' token counts in stream order, as Python ints: each backend
+    builds what it needs from them without reading a device tensor back.
+    """
+    fast = partial(backend(q).packed_attention, lengths=lengths, scale=scale)
+    if _needs_grad(q, k, v):
+        ref = partial(reference.packed_attention, lengths=lengths, scale=scale)
+        return _MatchedForward.apply(fast, ref, q, k, v)
+    return fast(q, k, v)
+
+
 def plan_paged(query_start_loc: torch.Tensor, seq_lens: torch.Tensor, positions: torch.Tensor,
                block_table: torch.Tensor, block_size: int) -> cpu_ops.PagedPlan:
     """One forward's paged-attention metadata, built once and passed to every layer."""
@@ -168,7 +184,7 @@ def lm_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor,
     """
     logits = lm_head_logits(hidden, weight)
     if temperature != 1.0:
-        logits = logits / torch.tensor([temperature], dtype=torch.float32)
+        logits = logits / torch.tensor([temperature], dtype=torch.float32, device=logits.device)
     logprobs = logits.log_softmax(dim=-1, dtype=torch.float32)
     if targets is None:
         return logprobs

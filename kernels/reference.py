@@ -6,6 +6,8 @@ and the tests compare the matched kernels against them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 
@@ -33,15 +35,22 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal attention of one sequence. q: (T, heads, D); k, v: (T, kv_heads, D)."""
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) * scale
-    length = q.shape[0]
-    causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
-    scores = scores.masked_fill(~causal, float("-inf"))
-    return torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v)
+    """Causal attention of one sequence. q: (T, heads, D); k, v: (T, kv_heads, D).
+
+    torch's SDPA: its math path in float64 for the tests, its fused kernels (and their fast
+    backward) for the learner's gradients.
+    """
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                         is_causal=True, scale=scale, enable_gqa=True)
+    return out.transpose(0, 1)
+
+
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Sequence[int],
+                     scale: float) -> torch.Tensor:
+    """`attention` of each of several sequences packed back to back."""
+    sizes = list(lengths)
+    return torch.cat([attention(sq, sk, sv, scale) for sq, sk, sv in
+                      zip(q.split(sizes), k.split(sizes), v.split(sizes), strict=True)])
 
 
 def lm_head_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

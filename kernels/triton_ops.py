@@ -22,11 +22,19 @@ inputs are made contiguous and aligned: the batch never picks the variant of a k
 reduces. (Elementwise kernels may vary: each output element's arithmetic is the same in all.)
 
 With TRITON_INTERPRET=1 set before triton is imported, the same kernels run on CPU tensors (how
-the tests check them without a GPU). The interpreter's `tl.dot` multiplies bf16 operands as raw
-integers, so there they are widened to fp32 first; on a GPU they go to the tensor cores as bf16.
+the tests check them without a GPU). The interpreter runs `tl.dot` through numpy's matmul, that
+is the host's BLAS, whose kernel and blocking depend on the CPU model and on where a row sits in
+the tile: a row's bits moved with its position on some CPUs and not on others. So under the
+interpreter every tile product is an explicit broadcast multiply and a sum over k, each output
+element reduced the same way wherever its row sits, and bf16 operands are widened to fp32 first
+(the interpreter's `tl.dot` would multiply them as raw integers). On a GPU the products go to
+`tl.dot` (tensor cores for bf16): only the GPU run checks the compiled reduction order.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
 
 import torch
 import triton
@@ -58,18 +66,22 @@ def _aligned(t: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _dot(a, b, acc, WIDEN: tl.constexpr):
-    """acc + a @ b, accumulated in fp32; fp32 operands in IEEE fp32 (TF32 would lose bits)."""
-    if WIDEN:
-        a = a.to(tl.float32)
-        b = b.to(tl.float32)
+def _dot(a, b, acc, EXPLICIT_SUM: tl.constexpr):
+    """acc + a @ b, accumulated in fp32; fp32 operands in IEEE fp32 (TF32 would lose bits).
+
+    EXPLICIT_SUM is set under the interpreter only: the product is then a broadcast multiply and
+    a sum over k (the host BLAS behind the interpreter's `tl.dot` is not row-invariant).
+    """
+    if EXPLICIT_SUM:
+        products = a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :]
+        return acc + tl.sum(products, axis=1)
     return tl.dot(a, b, acc, input_precision="ieee")
 
 
 @triton.jit(do_not_specialize=["m"])
 def _matmul_kernel(x_ptr, w_ptr, out_ptr, m, n, k,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   WIDEN: tl.constexpr):
+                   EXPLICIT_SUM: tl.constexpr):
     """out (m, n) = x (m, k) @ w (n, k).T; every tensor contiguous."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -82,7 +94,7 @@ def _matmul_kernel(x_ptr, w_ptr, out_ptr, m, n, k,
                     mask=(rows[:, None] < m) & (ks[None, :] < k), other=0.0)
         b = tl.load(w_ptr + col_offsets + ks[:, None],
                     mask=(cols[None, :] < n) & (ks[:, None] < k), other=0.0)
-        acc = _dot(a, b, acc, WIDEN)
+        acc = _dot(a, b, acc, EXPLICIT_SUM)
     out_offsets = rows.to(tl.int64)[:, None] * n + cols[None, :]
     tl.store(out_ptr + out_offsets, acc.to(out_ptr.dtype.element_ty),
              mask=(rows[:, None] < m) & (cols[None, :] < n))
@@ -106,7 +118,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         block_m, block_n, block_k = _MATMUL_BLOCKS[x.dtype]
         grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
         _matmul_kernel[grid](rows, weight, out, m, n, k, BLOCK_M=block_m, BLOCK_N=block_n,
-                             BLOCK_K=block_k, WIDEN=INTERPRETING and x.dtype != torch.float32)
+                             BLOCK_K=block_k, EXPLICIT_SUM=INTERPRETING)
     return out.reshape(*lead, n)
 
 
@@ -205,7 +217,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr,
                       stride_value_page, stride_value_head, stride_value_slot,
                       heads, dim, scale,
                       GROUP: tl.constexpr, ROWS: tl.constexpr, TILE: tl.constexpr,
-                      BLOCK_D: tl.constexpr, KEYS: tl.constexpr, WIDEN: tl.constexpr):
+                      BLOCK_D: tl.constexpr, KEYS: tl.constexpr, EXPLICIT_SUM: tl.constexpr):
     """One program per (query tile, KV head): the tile's tokens x the head group, as rows.
 
     Row r is token slot r // GROUP of the tile and query head kv_head * GROUP + r % GROUP, so
@@ -241,7 +253,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr,
         k_at = page * stride_key_page + kv_head * stride_key_head + page_slot * stride_key_slot
         keys_t = tl.load(k_ptr + k_at[None, :] + d[:, None],
                          mask=key_ok[None, :] & (d[:, None] < dim), other=0.0)
-        scores = _dot(q, keys_t, tl.zeros((ROWS, KEYS), tl.float32), WIDEN) * scale
+        scores = _dot(q, keys_t, tl.zeros((ROWS, KEYS), tl.float32), EXPLICIT_SUM) * scale
         visible = (key_pos[None, :] <= position[:, None]) & key_ok[None, :]
         scores = tl.where(visible, scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, axis=1))
@@ -254,7 +266,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr,
                 + page_slot * stride_value_slot)
         values = tl.load(v_ptr + v_at[:, None] + d[None, :],
                          mask=key_ok[:, None] & (d[None, :] < dim), other=0.0)
-        acc = _dot(probs.to(values.dtype), values, acc * alpha[:, None], WIDEN)
+        acc = _dot(probs.to(values.dtype), values, acc * alpha[:, None], EXPLICIT_SUM)
         running_max = new_max
     out = acc / running_sum[:, None]
     tl.store(out_ptr + q_at, out.to(out_ptr.dtype.element_ty),
@@ -293,34 +305,65 @@ def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, tiles: At
         heads, dim, scale,
         GROUP=group, ROWS=max(16, triton.next_power_of_2(TILE_ROWS * group)), TILE=TILE_ROWS,
         BLOCK_D=max(16, triton.next_power_of_2(dim)), KEYS=KEY_BLOCK,
-        WIDEN=INTERPRETING and q.dtype != torch.float32)
+        EXPLICIT_SUM=INTERPRETING)
     return out
 
 
-def _contiguous_tiles(length: int, device: torch.device) -> AttentionTiles:
-    """Consecutive TILE_ROWS-token tiles of one sequence at positions 0..length-1."""
-    n_tiles = -(-length // TILE_ROWS)
-    token = torch.arange(n_tiles * TILE_ROWS, device=device).view(n_tiles, TILE_ROWS)
-    row_valid = token < length
-    token = torch.where(row_valid, token, 0)
-    return AttentionTiles(token, row_valid, token, token.amax(dim=1),
-                          torch.zeros(n_tiles, dtype=torch.long, device=device))
+def _packed_tiles(lengths: Sequence[int], device: torch.device) -> AttentionTiles:
+    """TILE_ROWS-token tiles over sequences packed back to back, each sequence at positions
+    0..length-1 and starting a new tile: a tile never mixes sequences. Built on `device` from
+    the lengths alone, with no loop over sequences and nothing read back from the device."""
+    tiles_per_sequence = [-(-length // TILE_ROWS) for length in lengths]
+    n_tiles = sum(tiles_per_sequence)
+    as_tensor = partial(torch.tensor, dtype=torch.long, device=device)
+    lengths_t, tiles_t = as_tensor(list(lengths)), as_tensor(tiles_per_sequence)
+    sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device), tiles_t,
+                                       output_size=n_tiles)
+    first_tile = torch.cumsum(tiles_t, 0) - tiles_t
+    tile_in_sequence = torch.arange(n_tiles, device=device) - first_tile[sequence]
+    position = (tile_in_sequence[:, None] * TILE_ROWS
+                + torch.arange(TILE_ROWS, device=device)[None, :])
+    row_valid = position < lengths_t[sequence][:, None]
+    position = torch.where(row_valid, position, 0)
+    first_token = torch.cumsum(lengths_t, 0) - lengths_t
+    token = torch.where(row_valid, first_token[sequence][:, None] + position, 0)
+    return AttentionTiles(token, row_valid, position, position.amax(dim=1), sequence)
+
+
+def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Sequence[int],
+                     scale: float) -> torch.Tensor:
+    """Causal self-attention of sequences packed back to back, in one launch.
+
+    q: (T, heads, D); k, v: (T, kv_heads, D); lengths: token counts in stream order. The stream
+    is presented as a cache of T one-token pages and sequence s's block table lists its own
+    tokens' pages, so each query walks the same key blocks, in the same order, as in a decode
+    step over vLLM's paged cache (the block size changes addresses only, never the reduction).
+    """
+    if not lengths or max(lengths) == 0:
+        return torch.empty_like(q)
+    k, v = _aligned(k), _aligned(v)
+    # (T, kv_heads, D) seen as T pages of one slot: (pages, kv_heads, block_size=1, D).
+    keys = k.as_strided((k.shape[0], k.shape[1], 1, k.shape[2]),
+                        (k.stride(0), k.stride(1), k.stride(0), 1))
+    values = v.as_strided((v.shape[0], v.shape[1], 1, v.shape[2]),
+                          (v.stride(0), v.stride(1), v.stride(0), 1))
+    first_token = [0]
+    for length in lengths[:-1]:
+        first_token.append(first_token[-1] + length)
+    block_table = (torch.tensor(first_token, device=q.device)[:, None]
+                   + torch.arange(max(lengths), device=q.device)[None, :])
+    seq_lens = torch.tensor(list(lengths), dtype=torch.int32, device=q.device)
+    return _attend(q, keys, values, _packed_tiles(lengths, q.device), seq_lens, block_table, 1,
+                   scale)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Causal self-attention of one contiguous sequence (the learner's teacher-forced pass).
 
     q: (T, heads, D); k, v: (T, kv_heads, D). Each query gets the bits `paged_attention` gives
-    it in a decode step: the sequence is presented as a cache of one page holding every key.
+    it in a decode step (see `packed_attention`, of which this is the one-sequence case).
     """
-    length = q.shape[0]
-    k, v = _aligned(k), _aligned(v)
-    # (T, kv_heads, D) seen as page 0 of a cache (pages, kv_heads, block_size=T, D).
-    keys = k.as_strided((1, k.shape[1], length, k.shape[2]), (0, k.stride(1), k.stride(0), 1))
-    values = v.as_strided((1, v.shape[1], length, v.shape[2]), (0, v.stride(1), v.stride(0), 1))
-    one_page = torch.zeros(1, 1, dtype=torch.int32)
-    return _attend(q, keys, values, _contiguous_tiles(length, q.device),
-                   torch.tensor([length]), one_page, max(length, 1), scale)
+    return packed_attention(q, k, v, [q.shape[0]], scale)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, plan: PagedPlan,

@@ -1,5 +1,12 @@
-"""Property tests of the matched CPU ops: batch invariance bit for bit, decode equals teacher
-forcing bit for bit, and agreement with float64 reference math."""
+"""Property tests of the pure-torch CPU ops (`kernels.cpu_ops`, the fallback where the compiled
+kernels cannot be built): batch invariance bit for bit, decode equals teacher forcing bit for
+bit, and agreement with float64 reference math.
+
+What runs where: on the CPU only. These ops lean on torch's GEMM over fixed 16-row tiles, so
+their bits may differ from one CPU model to another, but each property compares a result with
+another computed on the same machine, never with stored bits. Triton and GPU: see
+`test_kernels_triton.py`; the compiled kernels: `test_kernels_cpp.py`.
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,28 @@
 """Property tests of the compiled CPU kernels (`kernels/csrc`): each output is invariant to batch
 size, batch order and thread count bit for bit, a decode step equals teacher forcing bit for bit,
-a paged cache gives the contiguous bits, and results stay close to float64 reference math."""
+a paged cache gives the contiguous bits, and results stay close to float64 reference math.
+
+What runs where: on the CPU, these tests check the compiled code itself, at the instruction-set
+level this CPU dispatches to (`python -m kernels.isa` names it); `test_every_isa_level_gives_the
+_same_bits` also builds each other level this CPU can run (AVX-512, AVX2, baseline x86-64) and
+checks that all give the same bits, and skips, naming the missing flags, a level this CPU lacks.
+No result may depend on the CPU model: the kernels use only lane-wise IEEE adds, multiplies and
+explicit fused multiply-adds in a fixed order. These kernels never run under Triton or on a GPU.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from kernel_cases import decode_differs_from_teacher_forcing, paged_cache, qkv, rows_invariant
 
-from kernels import cpp_ops, cpu_ops, ops, reference
+from kernels import cpp_ops, cpu_ops, isa, ops, reference
 
 DTYPES = [torch.float32, torch.bfloat16]
 BATCH_SIZES = [1, 2, 3, 5, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 129, 200]
@@ -168,3 +180,57 @@ def test_compiled_paged_attention_matches_contiguous_bitwise(dtype: torch.dtype,
     got_re = cpp_ops.paged_attention(q_re, cache, plan_re, 0.2)
     want_re = torch.cat([want[starts[i]:starts[i + 1]] for i in reordered])
     assert torch.equal(got_re, want_re)
+
+
+def _fixed_outputs() -> dict[str, torch.Tensor]:
+    """Every compiled op on fixed inputs of both dtypes: what each ISA level must reproduce."""
+    torch.manual_seed(7)
+    out = {}
+    for dtype in DTYPES:
+        name = str(dtype).removeprefix("torch.")
+        x, weight = torch.randn(37, 576).to(dtype), torch.randn(200, 576).to(dtype)
+        gate, up, norm = torch.randn(37, 200), torch.randn(37, 200), torch.randn(576)
+        out[f"linear/{name}"] = cpp_ops.linear(x, weight)
+        out[f"lm_head/{name}"] = cpp_ops.lm_head_logits(x, weight)
+        out[f"rms_norm/{name}"] = cpp_ops.rms_norm(x, norm.to(dtype), 1e-5)
+        out[f"silu_and_mul/{name}"] = cpp_ops.silu_and_mul(gate.to(dtype), up.to(dtype))
+        for dim in (32, 64):
+            q, k, v = (t.to(dtype) for t in qkv(150, heads=6, dim=dim))
+            out[f"attention/{name}/d{dim}"] = cpp_ops.attention(q, k, v, dim ** -0.5)
+        lengths, new_tokens = [5, 130, 70], [5, 1, 20]
+        seqs = [tuple(t.to(dtype) for t in qkv(n, heads=6, seed=n)) for n in lengths]
+        cache, table = paged_cache([s[1] for s in seqs], [s[2] for s in seqs], 32,
+                                   write=cpp_ops.write_paged_kv)
+        q = torch.cat([s[0][-n:] for s, n in zip(seqs, new_tokens, strict=True)])
+        positions = torch.cat([torch.arange(length - n, length)
+                               for length, n in zip(lengths, new_tokens, strict=True)])
+        starts = torch.tensor([0, *torch.tensor(new_tokens).cumsum(0).tolist()])
+        plan = ops.plan_paged(starts, torch.tensor(lengths), positions, table, 32)
+        out[f"paged_attention/{name}"] = cpp_ops.paged_attention(q, cache, plan, 0.2)
+    out["exp"] = torch.ops.agent_rl_matched.exp(torch.linspace(-100.0, 100.0, 20_001))
+    return out
+
+
+@pytest.mark.parametrize("level", isa.LEVELS)
+def test_every_isa_level_gives_the_same_bits(level: str, tmp_path: Path) -> None:
+    """The kernels built for one level alone (in a subprocess: a build is a process-wide torch
+    library) give the bits of the dispatched build, op by op."""
+    if level not in isa.supported_levels():
+        pytest.skip(f"this CPU ({isa.cpu_model()}) cannot run {level}; the levels it runs are "
+                    f"{isa.supported_levels()}; {level} is checked on a CPU that has it")
+    saved = tmp_path / "outputs.pt"
+    env = {**os.environ, isa.FORCE_VARIABLE: level,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
+                                                       os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, __file__, str(saved)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    forced, dispatched = torch.load(saved), _fixed_outputs()
+    differ = [name for name in dispatched if not torch.equal(forced[name], dispatched[name])]
+    assert differ == [], f"{level} differs from the dispatched level {isa.dispatched_level()}"
+
+
+if __name__ == "__main__":
+    if not cpp_ops.available():
+        sys.exit(f"compiled kernels unavailable: {cpp_ops.unavailable_reason()}")
+    torch.save(_fixed_outputs(), sys.argv[1])

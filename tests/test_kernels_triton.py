@@ -1,10 +1,15 @@
 """Properties of the Triton backend (`kernels.triton_ops`): agreement with float64 reference math,
 batch invariance bit for bit, and decode equal to teacher forcing bit for bit.
 
-Each property is a plain function of a device. They run twice: under Triton's interpreter on CPU
-tensors, in one subprocess (TRITON_INTERPRET must be set before triton is imported, so not in this
-process), and on a CUDA GPU in this process when one is present. The interpreter checks the
-kernels' logic and reduction order; only the GPU run checks the compiled code.
+Each property is a plain function of a device. They run twice:
+- Under Triton's interpreter on CPU tensors, in one subprocess (TRITON_INTERPRET must be set
+  before triton is imported, so not in this process). This checks the kernels' logic: tiling,
+  masks, addressing, the walk over key blocks and the online softmax. The interpreter would run
+  `tl.dot` through numpy's BLAS, whose bits depend on the CPU model and on a row's place in the
+  tile, so there tile products are an explicit multiply and sum (`triton_ops._dot`): the bitwise
+  properties then hold on every CPU and say nothing of the GPU's reduction order.
+- On a CUDA GPU in this process, when one is present (else skipped, saying so): the compiled
+  code, tensor-core products included, held to the same properties bit for bit.
 """
 
 from __future__ import annotations

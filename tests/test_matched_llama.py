@@ -1,4 +1,9 @@
-"""MatchedLlama, the learner's model: agrees with transformers, and is prefix/batch invariant."""
+"""MatchedLlama, the learner's model: agrees with transformers, and is prefix/batch invariant.
+
+What runs where: on the CPU, through whichever backend `kernels.ops` picks there (the compiled
+kernels, or pure torch); every bitwise check compares two results of this machine. The CUDA
+model (Triton) is checked in `test_matched_cuda.py`.
+"""
 
 from __future__ import annotations
 

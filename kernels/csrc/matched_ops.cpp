@@ -49,8 +49,18 @@ constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 accumulators
 constexpr int64_t kGemmRows = 48;  // rows of one GEMM task: 8 register blocks
 
 #define MATCHED_INLINE static inline __attribute__((always_inline))
+// MATCHED_ISA_* (set by kernels.cpp_ops when AGENT_RL_KERNELS_ISA forces one level) builds only
+// that level's code, so the tests can run each clone this CPU supports and compare their bits.
+#if defined(MATCHED_ISA_X86_64)
+#define MATCHED_CLONES
+#elif defined(MATCHED_ISA_X86_64_V3)
+#define MATCHED_CLONES __attribute__((target("arch=x86-64-v3")))
+#elif defined(MATCHED_ISA_X86_64_V4)
+#define MATCHED_CLONES __attribute__((target("arch=x86-64-v4")))
+#else
 #define MATCHED_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 using bf16 = c10::BFloat16;
 
