@@ -171,9 +171,10 @@ def plan_tiles(query_start_loc: torch.Tensor, positions: torch.Tensor) -> Attent
         for tile_start in range(start, end, TILE_ROWS):
             token_rows.append((tile_start, min(tile_start + TILE_ROWS, end)))
             sequence.append(seq)
-    offsets = torch.arange(TILE_ROWS)
-    begin = torch.tensor([b for b, _ in token_rows], dtype=torch.long)
-    end = torch.tensor([e for _, e in token_rows], dtype=torch.long)
+    device = positions.device
+    offsets = torch.arange(TILE_ROWS, device=device)
+    begin = torch.tensor([b for b, _ in token_rows], dtype=torch.long, device=device)
+    end = torch.tensor([e for _, e in token_rows], dtype=torch.long, device=device)
     token_index = begin[:, None] + offsets[None, :]
     row_valid = token_index < end[:, None]
     token_index = torch.where(row_valid, token_index, 0)
@@ -181,7 +182,8 @@ def plan_tiles(query_start_loc: torch.Tensor, positions: torch.Tensor) -> Attent
     tile_last = tile_positions.amax(dim=1)
     order = torch.argsort(tile_last, stable=True)
     return AttentionTiles(token_index[order], row_valid[order], tile_positions[order],
-                          tile_last[order], torch.tensor(sequence, dtype=torch.long)[order])
+                          tile_last[order],
+                          torch.tensor(sequence, dtype=torch.long, device=device)[order])
 
 
 def attend_tiles(q: torch.Tensor, positions: torch.Tensor, tile_last: torch.Tensor,
@@ -292,22 +294,23 @@ class PagedPlan:
     @cached_property
     def key_valid(self) -> torch.Tensor:
         """(tiles, L) False past the tile's sequence length; L a multiple of KEY_BLOCK."""
-        tile_lens = self.seq_lens.long()[self.tiles.sequence]
+        tile_lens = self.seq_lens.long().to(self.tiles.sequence.device)[self.tiles.sequence]
         padded = -(-int(tile_lens.max().item()) // KEY_BLOCK) * KEY_BLOCK
-        return torch.arange(padded)[None, :] < tile_lens[:, None]
+        return torch.arange(padded, device=tile_lens.device)[None, :] < tile_lens[:, None]
 
     @cached_property
     def key_block(self) -> torch.Tensor:
         """(tiles, L) cache block holding key position i of the tile's sequence."""
-        key_pos = torch.arange(self.key_valid.shape[1])
+        key_pos = torch.arange(self.key_valid.shape[1], device=self.key_valid.device)
         table_col = torch.where(self.key_valid, key_pos[None, :] // self.block_size, 0)
         sequence = self.tiles.sequence
-        return self.block_table.long()[sequence][torch.arange(len(sequence))[:, None], table_col]
+        rows = torch.arange(len(sequence), device=sequence.device)[:, None]
+        return self.block_table.long().to(sequence.device)[sequence][rows, table_col]
 
     @cached_property
     def key_offset(self) -> torch.Tensor:
         """(tiles, L) slot of key position i inside its cache block."""
-        key_pos = torch.arange(self.key_valid.shape[1])
+        key_pos = torch.arange(self.key_valid.shape[1], device=self.key_valid.device)
         return (key_pos % self.block_size)[None, :].expand_as(self.key_block)
 
 
