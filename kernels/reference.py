@@ -37,12 +37,15 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Causal attention of one sequence. q: (T, heads, D); k, v: (T, kv_heads, D).
 
-    torch's SDPA: its math path in float64 for the tests, its fused kernels (and their fast
-    backward) for the learner's gradients.
+    torch's SDPA: its math path in float64 for the tests, its flash kernels (and their fast
+    backward) for the learner's gradients on a GPU. KV heads are repeated up front: with
+    `enable_gqa` SDPA may fall back to its quadratic-memory math path.
     """
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         is_causal=True, scale=scale, enable_gqa=True)
-    return out.transpose(0, 1)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                         v.transpose(0, 1)[None], is_causal=True, scale=scale)
+    return out[0].transpose(0, 1)
 
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: Sequence[int],

@@ -68,35 +68,44 @@ def bench_gemm(report: Callable[[dict], None]) -> None:
 
 
 GEMM_CANDIDATES = {
-    "128x128x64 w8 s3": (128, 128, 64, 8, 3),
-    "128x256x64 w8 s3": (128, 256, 64, 8, 3),
-    "64x128x64 w4 s4": (64, 128, 64, 4, 4),
+    "bf16 64x64x64 w4 s3": (torch.bfloat16, 64, 64, 64, 4, 3),
+    "bf16 128x128x64 w8 s4": (torch.bfloat16, 128, 128, 64, 8, 4),
+    "bf16 128x256x64 w8 s3": (torch.bfloat16, 128, 256, 64, 8, 3),
+    "bf16 128x128x64 w4 s3": (torch.bfloat16, 128, 128, 64, 4, 3),
+    "fp32 128x128x32 w8 s3": (torch.float32, 128, 128, 32, 8, 3),
+    "fp32 128x64x32 w4 s3": (torch.float32, 128, 64, 32, 4, 3),
+    "fp32 64x128x32 w4 s4": (torch.float32, 64, 128, 32, 4, 4),
 }
+# The fp32 tiles are for the vocabulary projection (hidden 2048 -> 128256 tokens).
+LM_HEAD_SHAPE = ("1B lm_head", 2048, 128256)
 
 
 def bench_gemm_candidates(report: Callable[[dict], None]) -> None:
-    """Other fixed tiles: row invariance checked at K = 2048 and 8192, then timed."""
+    """Other fixed tiles: row invariance checked at K = 2048 and 8192, then timed (bf16 at the
+    projection shapes, fp32 at the vocabulary projection, stock fp32 without TF32)."""
     from kernels import triton_ops
 
-    for label, (bm, bn, bk, warps, stages) in GEMM_CANDIDATES.items():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for label, (dtype, bm, bn, bk, warps, stages) in GEMM_CANDIDATES.items():
         tiles = triton_ops.MatmulTiles(bm, bn, bk, warps, stages)
-        invariant = all(_rows_invariant(tiles, k) for k in (2048, 8192))
-        for name, k, n in GEMM_SHAPES:
-            weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        invariant = all(_rows_invariant(tiles, k, dtype) for k in (2048, 8192))
+        shapes = GEMM_SHAPES if dtype == torch.bfloat16 else [LM_HEAD_SHAPE]
+        for name, k, n in shapes:
+            weight = torch.randn(n, k, device="cuda", dtype=dtype)
             for m in (64, 1024, 16384):
-                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                x = torch.randn(m, k, device="cuda", dtype=dtype)
                 matched = milliseconds(triton_ops.linear, x, weight, tiles)
                 stock = milliseconds(torch.matmul, x, weight.T)
                 report(_row(f"gemm candidate {label}", f"{name} K={k} N={n} rows={m}", matched,
                             stock, row_invariant=invariant))
 
 
-def _rows_invariant(tiles: object, k: int) -> bool:
+def _rows_invariant(tiles: object, k: int, dtype: torch.dtype) -> bool:
     """Whether rows of a 4096-row product keep their bits in smaller batches, with these tiles."""
     from kernels import triton_ops
 
-    weight = torch.randn(1024, k, device="cuda", dtype=torch.bfloat16)
-    rows = torch.randn(4096, k, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(1024, k, device="cuda", dtype=dtype)
+    rows = torch.randn(4096, k, device="cuda", dtype=dtype)
     full = triton_ops.linear(rows, weight, tiles)
     generator = torch.Generator().manual_seed(0)
     for m in (1, 7, 64, 65, 300, 2049):
@@ -115,14 +124,20 @@ def bench_attention(report: Callable[[dict], None]) -> None:
         k = torch.randn(length, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
         matched = milliseconds(triton_ops.attention, q, k, v, dim ** -0.5)
-        stock = milliseconds(_sdpa, q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
+        # Flash SDPA's layout (batch, heads, T, D), KV heads repeated outside the timing.
+        group = heads // kv_heads
+        stock_q, stock_k, stock_v = (t.repeat_interleave(r, dim=1).transpose(0, 1)[None]
+                                     for t, r in ((q, 1), (k, group), (v, group)))
+        stock = milliseconds(_flash_sdpa, stock_q, stock_k, stock_v)
         report(_row("attention", f"{length} tokens, {heads}/{kv_heads} heads, D={dim}",
                     matched, stock))
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                            enable_gqa=True)
+def _flash_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def _models() -> tuple[torch.nn.Module, torch.nn.Module]:
