@@ -53,9 +53,17 @@ def bench_kernels(
         min=0, help="Prompt length in tokens; 0: a short counting prompt.")] = 0,
     group_size: Annotated[int, typer.Option(
         min=1, help="Samples per prompt (n), sharing its cached prefix as an RL group does.")] = 1,
+    device: Annotated[str, typer.Option(
+        help="cpu: the rollout in vLLM and the learner, at the model's shape. cuda: the Triton "
+        "kernels against cuBLAS, flash SDPA and transformers at Llama-3.2-1B shapes.")] = "cpu",
     out: OutOption = None,
 ) -> None:
     """Rollout tokens/s matched vs vLLM's model; learner fwd+bwd tokens/s matched vs transformers."""
+    if device == "cuda":
+        _bench_kernels_cuda(out)
+        return
+    if device != "cpu":
+        raise typer.BadParameter(f"--device must be cpu or cuda, got {device!r}")
     from agent_rl.benchmarks import kernels_bench
     from agent_rl.model_store import resolve_model
 
@@ -63,6 +71,27 @@ def bench_kernels(
                              batch_size=batch_size, max_tokens=max_tokens,
                              prompt_tokens=prompt_tokens, group_size=group_size)
     _save(rows, out)
+
+
+def _bench_kernels_cuda(out: Path | None) -> None:
+    import torch
+
+    from agent_rl.benchmarks import kernels_cuda_bench
+
+    if not torch.cuda.is_available():
+        raise typer.BadParameter("--device cuda needs a CUDA GPU, and torch sees none here; "
+                                 "scripts/gpu_check.sh runs this bench on a GPU machine")
+    from rich.table import Table
+
+    table = Table("part", "shape", "matched ms", "stock ms", "matched/stock")
+    with console.status("timing the matched kernels against stock on the GPU"):
+        rows = kernels_cuda_bench.run(lambda row: console.log(
+            f"{row['part']}: {row['shape']}: {row['matched_over_stock']:.2f}x"))
+    for row in rows:
+        table.add_row(row["part"], row["shape"], f"{row['matched_ms']:.3f}",
+                      f"{row['stock_ms']:.3f}", f"{row['matched_over_stock']:.2f}x")
+    console.print(table)
+    _save({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, out)
 
 
 @app.command("gemm")

@@ -314,3 +314,14 @@ def test_learner_device_without_a_gpu_is_a_clear_error(tmp_path: Path,
         learner_device("cuda")
     with pytest.raises(LearnerError, match="not a device"):
         learner_device("gpu0")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here: the bench would run")
+def test_cuda_bench_without_a_gpu_says_where_to_run_it() -> None:
+    from typer.testing import CliRunner
+
+    from agent_rl.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "kernels", "--device", "cuda"])
+    assert result.exit_code != 0
+    assert "needs a CUDA GPU" in result.output and "gpu_check.sh" in result.output
