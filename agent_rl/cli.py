@@ -52,6 +52,7 @@ USER_ERRORS = frozenset({
     "agent_rl.faults.LearnerKilled",
     "envs.tasks.TaskFileError",
     "envs.tool_env.UnknownTaskError",
+    "envs.loading.EnvContractError",
     "kernels.llama.UnsupportedCheckpointError",
     "kernels.ops.BackendUnavailableError",
     "gymnasium.error.Error",

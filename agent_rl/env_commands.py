@@ -14,6 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from envs.episode import run_episode
+from envs.loading import import_env_module, make_env, registered_env_ids
 from envs.policies import OraclePolicy, Policy, load_script
 from envs.tasks import CATEGORIES, DATA_DIR, SPLITS, split_sizes
 
@@ -25,15 +26,16 @@ POLICY_CHOICES = ("oracle", "scripted")
 ROLE_STYLES = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "yellow"}
 
 
-def registered_env_ids() -> list[str]:
-    """Every environment id registered under the `agent_rl/` namespace."""
-    return sorted(env_id for env_id in gymnasium.registry if env_id.startswith("agent_rl/"))
-
-
 @app.command("list")
-def list_envs() -> None:
-    """Show the registered environments and the shipped task sets."""
+def list_envs(
+    modules: Annotated[list[str] | None, typer.Option(
+        "--import", help="A module that registers envs of your own; repeatable.")] = None,
+) -> None:
+    """Show the registered environments (ours and those your modules register) and the shipped
+    task sets."""
     console = Console()
+    for module in modules or []:
+        import_env_module(module)
     envs_table = Table(title="Registered environments")
     envs_table.add_column("id")
     envs_table.add_column("entry point")
@@ -52,7 +54,8 @@ def list_envs() -> None:
 
 @app.command("run")
 def run(
-    env_id: Annotated[str, typer.Argument(help="A registered id, e.g. agent_rl/PythonTool-v0.")],
+    env_id: Annotated[str, typer.Argument(
+        help="A registered id, e.g. agent_rl/PythonTool-v0, or module:id for an env of your own.")],
     task: Annotated[str | None, typer.Option(help="Task index or task id; default: drawn.")] = None,
     policy: Annotated[
         str, typer.Option(help=f"One of {', '.join(POLICY_CHOICES)}, or a script file path.")
@@ -72,11 +75,7 @@ def run(
         kwargs["split"] = split
     if max_turns is not None:
         kwargs["max_turns"] = max_turns
-    try:
-        env = gymnasium.make(env_id, **kwargs)
-    except gymnasium.error.Error as error:
-        console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
-        raise typer.Exit(1) from error
+    env = make_env(env_id, **kwargs)
     try:
         chosen: Any = int(task) if task is not None and task.isdigit() else task
         if chosen is None:

@@ -119,20 +119,10 @@ def load_eval_tasks(
         from envs.tasks import load_tasks
 
         return [dict(row) for row in load_tasks(path=tasks)]
-    import gymnasium
+    from envs.loading import env_tasks
 
-    import envs  # noqa: F401 - registers the agent_rl/* environment ids
-
-    env = gymnasium.make(env_id, **{"split": split, **(env_kwargs or {})})
-    try:
-        dataset = getattr(env.unwrapped, "dataset", None)
-        if dataset is None:
-            raise EvalError(
-                f"env {env_id} exposes no task set (`dataset`); pass a task file with --tasks"
-            )
-        return [dict(row) for row in dataset]
-    finally:
-        env.close()
+    kwargs = {key: value for key, value in (env_kwargs or {}).items() if key != "split"}
+    return env_tasks(env_id, split, **kwargs)
 
 
 def select_tasks(
@@ -594,8 +584,13 @@ def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _is_registered_env(name: str) -> bool:
-    import gymnasium
+    """A registered env id, or a `module:id` (its module is imported to register it)."""
+    from envs.loading import EnvContractError, resolve_env_id
 
-    import envs  # noqa: F401 - registers the agent_rl/* environment ids
-
-    return name in gymnasium.registry and not os.path.exists(name)
+    if os.path.exists(name):
+        return False
+    try:
+        resolve_env_id(name)
+    except EnvContractError:
+        return False
+    return True

@@ -216,9 +216,9 @@ class FaultyEnvFactory:
         self.__init__(state["env_id"], state["env_kwargs"], state["config"])
 
     def __call__(self) -> FaultyEnv:
-        import envs  # noqa: F401 - registers the agent_rl/* environment ids
+        from envs.loading import make_env
 
-        return FaultyEnv(gymnasium.make(self.env_id, **self.env_kwargs), self)
+        return FaultyEnv(make_env(self.env_id, **self.env_kwargs), self)
 
     def fault_for_next_step(self) -> str | None:
         """Which env fault (if any) the next step of any of this actor's episodes gets."""

@@ -29,6 +29,16 @@ class MetricsWriter:
         self._file = self.path.open("a")
         self._tb = _open_tensorboard(self.run_dir / "tb") if tensorboard else None
 
+    def keep_through(self, step: int) -> int:
+        """Drop the records after `step` (a run resumed from a checkpoint at `step` writes
+        them again); returns how many were dropped."""
+        self._file.close()
+        lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(kept))
+        self._file = self.path.open("a")
+        return len(lines) - len(kept)
+
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, **metrics}
         self._file.write(json.dumps(record, default=_json_default) + "\n")

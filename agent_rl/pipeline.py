@@ -134,10 +134,13 @@ def group_id_for(task_index: int) -> str:
 
 
 def load_task_rows(config: TrainConfig, split: str) -> list[dict[str, Any]]:
-    from envs.tasks import load_tasks
+    """The env's own tasks of `split` (`envs.loading`: every env keeps its tasks)."""
+    from envs.loading import env_tasks
 
-    dataset = load_tasks(split=split, categories=config.task_categories)
-    rows = [dict(row) for row in dataset]
+    kwargs = dict(config.env_kwargs)
+    if config.task_categories:
+        kwargs["categories"] = config.task_categories
+    rows = env_tasks(config.env, split, **kwargs)
     return rows[: config.max_tasks] if config.max_tasks else rows
 
 
@@ -230,15 +233,9 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
 def check_env_kwargs(config: TrainConfig) -> None:
     """Build the env once here, so a misspelled `env_kwargs` key fails before Ray and vLLM start
     instead of inside every rollout actor."""
-    import gymnasium
+    from envs.loading import make_env
 
-    import envs  # noqa: F401 - registers the agent_rl/* environment ids
-
-    try:
-        env = gymnasium.make(config.env, **config.env_kwargs)
-    except TypeError as error:
-        raise ValueError(f"env_kwargs {config.env_kwargs} do not fit {config.env}: {error}") from error
-    env.close()
+    make_env(config.env, **config.env_kwargs).close()
 
 
 def init_ray(config: TrainConfig) -> bool:
@@ -292,6 +289,7 @@ class Pipeline:
         dump_config(config, self.run_dir / "config.yaml")
         model_dir = resolve_model(config.model, config.dtype)
         check_env_kwargs(config)
+        self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
 
         self.faults = FaultInjector(config.faults)
         self.started_ray = init_ray(config)
@@ -305,7 +303,6 @@ class Pipeline:
 
             torch.set_num_threads(config.learner_threads)
         self.learner = Learner(learner_settings(config, model_dir))
-        self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
         self.state = RunState()
         self.resumed_from: int | None = None
         checkpoint = latest_checkpoint(self.run_dir) if config.resume else None
@@ -335,6 +332,11 @@ class Pipeline:
         self.weight_load_s: list[float] = []
         self.rollout_errors = 0
         self.metrics = MetricsWriter(self.run_dir)
+        if self.resumed_from is not None:
+            dropped = self.metrics.keep_through(self.resumed_from)
+            if dropped:
+                logger.info("dropped %d metrics records after update %d: they are trained again",
+                            dropped, self.resumed_from)
         self.last_metrics: dict[str, Any] = {}
         self.filtered: list[Group] = []  # flat groups dynamic sampling consumed since the last update
         self.lag_max = 0
@@ -641,6 +643,7 @@ class Pipeline:
         ledger = self.state.ledger
         for group, flat in zip(batch, _flat_groups(batch), strict=True):
             ledger.record_trained(group.group_id, zero_variance=flat)
+        metrics["groups/task_ids"] = [group.task_id for group in batch]
         if self.filtered:
             metrics.update(group_metrics(self.filtered + batch))
             metrics["charts/zero_variance_groups"] += len(self.filtered)

@@ -407,11 +407,9 @@ class RolloutActor:
             raise EnvCallError(f"{name} raised {error!r}") from error
 
     def _make_gymnasium_env(self) -> Any:
-        import gymnasium
+        from envs.loading import make_env
 
-        import envs  # noqa: F401 - registers the agent_rl/* environment ids
-
-        return gymnasium.make(self.config.env_id, **self.config.env_kwargs)
+        return make_env(self.config.env_id, **self.config.env_kwargs)
 
     def _episode_seed(self, group_serial: int, index: int) -> int | None:
         if self.config.seed is None:

@@ -48,6 +48,9 @@ def soak_config(
     )
     return base.model_copy(
         update={
+            # The env faults (sandbox kills and hangs) need the Python tool env.
+            "env": "agent_rl/PythonTool-v0",
+            "task_categories": base.task_categories or ["arithmetic"],
             "out_dir": run_dir,
             "num_updates": 1_000_000,
             "max_wall_s": seconds,

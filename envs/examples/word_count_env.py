@@ -55,7 +55,11 @@ def make_dataset(size: int = 50, seed: int = 0) -> datasets.Dataset:
     return datasets.Dataset.from_list(rows)
 
 
-def load_environment(size: int = 50, seed: int = 0, **kwargs: Any) -> ToolEnv:
-    """The env factory Gymnasium's entry point calls; kwargs go to ToolEnv (max_turns, ...)."""
-    return ToolEnv(make_dataset(size, seed), tools=[count_words], reward_fn=word_count_reward,
-                   **kwargs)
+def load_environment(split: str = "train", size: int = 50, seed: int = 0,
+                     **kwargs: Any) -> ToolEnv:
+    """The env factory Gymnasium's entry point calls: the first 80% of the tasks train, the rest
+    are held out. kwargs go to ToolEnv (max_turns, ...)."""
+    tasks = make_dataset(size, seed)
+    cut = int(0.8 * size)
+    tasks = tasks.select(range(cut) if split == "train" else range(cut, size))
+    return ToolEnv(tasks, tools=[count_words], reward_fn=word_count_reward, **kwargs)
