@@ -102,6 +102,11 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(path for path in root.iterdir() if path.name.startswith(PREFIX))
 
 
+def checkpoint_version(path: Path) -> int:
+    """The learner version a checkpoint folder holds (its name ends in the version)."""
+    return int(Path(path).name.removeprefix(PREFIX))
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     checkpoints = list_checkpoints(run_dir)
     return checkpoints[-1] if checkpoints else None

@@ -11,13 +11,16 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from agent_rl.bench_commands import app as bench_app
+
+if TYPE_CHECKING:
+    from agent_rl.train_config import TrainConfig
 
 console = Console()
 app = typer.Typer(
@@ -156,6 +159,8 @@ def train_command(
     from agent_rl.train_config import load_train_config
 
     config = load_train_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
+    if _already_finished(config):
+        return
     # A shell starts background jobs with SIGINT ignored, and Python then keeps ignoring it; a
     # `kill -INT` must still stop the run cleanly and save its ledger.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -178,6 +183,23 @@ def train_command(
     console.print(f"run dir: {summary.run_dir}  updates: {summary.updates}  "
                   f"updates/hour: {summary.updates_per_hour:.1f}  max lag: {summary.lag_max}")
     console.print(f"ledger (saved in {summary.run_dir}/ledger.json): {summary.ledger}")
+
+
+def _already_finished(config: TrainConfig) -> bool:
+    """Say whether the run resumes or is done, before anything slow starts; True when done."""
+    from agent_rl.checkpoint import checkpoint_version, latest_checkpoint
+
+    previous = latest_checkpoint(Path(config.out_dir)) if config.resume else None
+    if previous is None:
+        return False
+    version = checkpoint_version(previous)
+    if version >= config.num_updates:
+        console.print(f"{config.out_dir} has already finished: update {version} of "
+                      f"{config.num_updates} ({previous}). Raise num_updates to train on, or "
+                      "choose another out_dir for a new run.")
+        return True
+    console.print(f"resuming from update {version} of {config.num_updates} ({previous})")
+    return False
 
 
 def _print_saved_ledger(run_dir: Path) -> None:

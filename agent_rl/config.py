@@ -33,22 +33,25 @@ def load_config(path: str | Path, model: type[ModelT], overrides: dict[str, Any]
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        with path.open() as stream:  # a named stream: YAML errors point at the file, line, column
+            data = yaml.safe_load(stream) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
-    return validate_config(data, model, source=str(path))
+    return validate_config(data, model, source=str(path), overridden=set(overrides or {}))
 
 
-def validate_config(data: dict[str, Any], model: type[ModelT], source: str = "config") -> ModelT:
-    """Build `model` from a dict, rewriting the first validation error for people."""
+def validate_config(data: dict[str, Any], model: type[ModelT], source: str = "config",
+                    overridden: set[str] | frozenset[str] = frozenset()) -> ModelT:
+    """Build `model` from a dict, rewriting the first validation error for people; an error in
+    an `overridden` key is blamed on `--set`, not on the file."""
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_explain(err, model, source)) from None
+        raise ConfigError(_explain(err, model, source, overridden)) from None
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -59,10 +62,13 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _explain(err: ValidationError, model: type[BaseModel], source: str) -> str:
+def _explain(err: ValidationError, model: type[BaseModel], source: str,
+             overridden: set[str] | frozenset[str] = frozenset()) -> str:
     first = err.errors()[0]
     location = [str(part) for part in first["loc"]]
     key = ".".join(location)
+    if key in overridden:
+        source = f"--set {key}"
     if first["type"] == "extra_forbidden":
         valid = _fields_at(model, location[:-1])
         nearest = difflib.get_close_matches(location[-1], valid, n=1)

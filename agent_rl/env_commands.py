@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from envs.episode import run_episode
-from envs.loading import import_env_module, make_env, registered_env_ids
+from envs.loading import EnvContractError, import_env_module, make_env, registered_env_ids
 from envs.policies import OraclePolicy, Policy, load_script
 from envs.tasks import CATEGORIES, DATA_DIR, SPLITS, split_sizes
 
@@ -75,7 +75,11 @@ def run(
         kwargs["split"] = split
     if max_turns is not None:
         kwargs["max_turns"] = max_turns
-    env = make_env(env_id, **kwargs)
+    try:
+        env = make_env(env_id, **kwargs)
+    except EnvContractError as error:
+        console.print(f"[red]error:[/red] {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(1) from error
     try:
         chosen: Any = int(task) if task is not None and task.isdigit() else task
         if chosen is None:
@@ -94,6 +98,8 @@ def run(
         title = f"{role} ({message['name']})" if "name" in message else role
         console.print(Panel(escape(message["content"]), title=title,
                             border_style=ROLE_STYLES.get(role, "white"), title_align="left"))
+    if record.stopped:
+        console.print(f"[yellow]stopped early:[/yellow] {escape(record.stopped)}")
     verdict = record.step_infos[-1].get("verdict") if record.step_infos else None
     console.print(
         f"reward {record.reward:g}  turns {record.turns}  terminated {record.terminated}  "

@@ -285,11 +285,12 @@ class Pipeline:
         self.on_update = on_update
         self.max_lag = config.effective_max_lag
         self.run_dir = Path(config.out_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(config, self.run_dir / "config.yaml")
+        # Everything a user can get wrong is checked before the run folder or Ray exists.
         model_dir = resolve_model(config.model, config.dtype)
         check_env_kwargs(config)
         self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, self.run_dir / "config.yaml")
 
         self.faults = FaultInjector(config.faults)
         self.started_ray = init_ray(config)

@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium
 
-from envs.policies import Policy
+from envs.policies import Policy, PolicyExhaustedError
 from envs.spaces import Message
 
 __all__ = ["EpisodeRecord", "run_episode"]
@@ -23,6 +23,7 @@ class EpisodeRecord:
     truncated: bool = False
     reset_info: dict[str, Any] = field(default_factory=dict)
     step_infos: list[dict[str, Any]] = field(default_factory=list)
+    stopped: str | None = None  # why the episode ended before the env ended it (a script ran out)
 
     @property
     def turns(self) -> int:
@@ -32,12 +33,17 @@ class EpisodeRecord:
 def run_episode(
     env: gymnasium.Env, policy: Policy, task: Any = None, seed: int | None = None
 ) -> EpisodeRecord:
-    """Reset `env` on `task` (a row, index, task id, or None to draw one) and step to the end."""
+    """Reset `env` on `task` (a row, index, task id, or None to draw one) and step to the end;
+    a scripted policy that runs out of turns ends the episode early (`stopped` says so)."""
     options = {"task": task} if task is not None else None
     messages, info = env.reset(seed=seed, options=options)
     record = EpisodeRecord(messages=list(messages), reset_info=info)
     while not (record.terminated or record.truncated):
-        action = policy(list(record.messages))
+        try:
+            action = policy(list(record.messages))
+        except PolicyExhaustedError as error:  # keep the transcript so far
+            record.stopped = str(error)
+            break
         record.messages.append({"role": "assistant", "content": action})
         observation, reward, terminated, truncated, info = env.step(action)
         record.messages.extend(observation)

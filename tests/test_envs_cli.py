@@ -46,7 +46,7 @@ def test_run_replays_a_script_file(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["run", "agent_rl/PythonTol-v0"], "Did you mean: `PythonTool`"),
+        (["run", "agent_rl/PythonTol-v0"], "did you mean 'agent_rl/PythonTool-v0'"),
         (["run", "agent_rl/PythonTool-v0", "--policy", "gpt"], "unknown policy 'gpt'"),
         (["run", "agent_rl/PythonTool-v0", "--policy", "scripted"], "needs --script FILE"),
     ],
