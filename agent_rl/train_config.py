@@ -116,8 +116,13 @@ class TrainConfig(StrictModel):
     prefix_caching: bool = Field(
         False, description="vLLM prefix caching salted by policy version (bit-exact if matched)"
     )
-    rollout_cpu_cores: Literal["auto", "all"] = Field(
-        "auto", description="vLLM-cpu threads: all cores but one ('auto') or every core ('all')"
+    show_worker_logs: bool = Field(
+        False, description="print Ray's and vLLM's worker logs here (agent-rl -v sets it); else "
+        "they stay in the run dir's worker_logs/",
+    )
+    rollout_cpu_cores: Literal["auto", "reserve_one", "all", "unbound"] = Field(
+        "auto", description="vLLM-cpu threads: all cores but one, every core, unbound, or auto "
+        "(bound only on an idle machine of 4+ cores; see agent_rl.engine.cpu_binding)"
     )
     sandbox_timeout_s: float | None = Field(
         None, gt=0, description="wall-clock limit of one sandboxed tool call; None: the env's"
