@@ -46,3 +46,41 @@ def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
     accounted = set(ledger["trained"]) | set(ledger["dropped"]) | waiting
     assert set(ledger["generated"]) <= accounted
     assert len(ledger["trained"]) == len(set(ledger["trained"])) >= 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_start_up_leaves_no_process_behind(tmp_path: Path) -> None:
+    import psutil
+
+    command = [sys.executable, "-m", "agent_rl.cli", "train", "configs/smoke.yaml",
+               "--set", f"out_dir={tmp_path / 'run'}"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "COLUMNS": "200"})
+    seen: dict[int, tuple[psutil.Process, str]] = {}
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        # Wait until vLLM's engine is being built inside a Ray actor: the worst moment to stop.
+        while not any("VLLM" in name or "EngineCor" in name for _, name in seen.values()):
+            assert process.poll() is None, process.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the engine never started"
+            for child in psutil.Process(process.pid).children(recursive=True):
+                try:  # names change: vLLM's processes rename themselves once started
+                    seen[child.pid] = (child, child.name())
+                except psutil.NoSuchProcess:
+                    pass
+            time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0
+    assert "stopped before the first update" in output, output[-3000:]
+    survivors = []
+    for child, name in seen.values():
+        try:
+            if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                survivors.append(f"{child.pid} {name}")
+        except psutil.NoSuchProcess:
+            pass
+    assert survivors == [], f"still running after Ctrl-C: {survivors}"
