@@ -8,8 +8,10 @@ the commands so that `agent-rl --help` stays instant.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -85,6 +87,13 @@ def _root(
         "--verbose", "-v", help="Log at INFO, and show Ray's and vLLM's worker logs.")] = False,
 ) -> None:
     _VERBOSE[0] = verbose
+    if not verbose:
+        # vLLM logs dozens of INFO/WARNING lines per engine start, in this process and in the
+        # engine and worker processes it starts (they inherit this); -v shows them.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning,ignore::DeprecationWarning")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        logging.getLogger("vllm").setLevel(logging.ERROR)
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

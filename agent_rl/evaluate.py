@@ -15,7 +15,8 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -218,8 +219,11 @@ async def evaluate_async(
     seed: int | None = 0,
     success_threshold: float = SUCCESS_THRESHOLD,
     label: str | None = None,
+    on_episodes: Callable[[int, int], None] | None = None,
 ) -> EvalReport:
     """`evaluate` for callers already in an event loop (the training pipeline).
+
+    `on_episodes(done, total)` is called as tasks finish (a progress bar's hook).
 
     Pass `actor` (a started or unstarted `RolloutActor`, or a Ray handle to one) to reuse its
     engine and current weights; then `model` is only a label, and sampling settings
@@ -258,7 +262,9 @@ async def evaluate_async(
                 f"for {temperature:g}; pass temperature={actor_temperature:g} or let evaluate "
                 "start its own actor"
             )
-        groups = await _sample_groups(actor, selected, k, max_concurrent_tasks)
+        if on_episodes is not None:
+            on_episodes(0, len(selected) * k)
+        groups = await _sample_groups(actor, selected, k, max_concurrent_tasks, on_episodes)
         policy_version = await _call(actor, "get_policy_version")
     finally:
         if owns_actor:
@@ -462,16 +468,21 @@ async def _call(actor: Any, method: str, *args: Any, **kwargs: Any) -> Any:
 
 
 async def _sample_groups(
-    actor: Any, tasks: Sequence[dict[str, Any]], k: int, max_concurrent_tasks: int
+    actor: Any, tasks: Sequence[dict[str, Any]], k: int, max_concurrent_tasks: int,
+    on_episodes: Callable[[int, int], None] | None = None,
 ) -> list[Any]:
     """One group of k episodes per task; at most `max_concurrent_tasks` tasks run at once so
     that sandbox sessions and env threads stay bounded."""
     gate = asyncio.Semaphore(max_concurrent_tasks)
+    done = [0]
 
     async def one(task: dict[str, Any]) -> Any:
         async with gate:
             group = await _call(actor, "generate_group", task, k)
             logger.info("task %s: rewards %s", group.task_id, group.rewards)
+            done[0] += k
+            if on_episodes is not None:
+                on_episodes(done[0], len(tasks) * k)
             return group
 
     return list(await asyncio.gather(*(one(task) for task in tasks)))
@@ -550,8 +561,8 @@ def eval_command(
     if compare_with is None:
         if model is None:
             raise EvalError("give --model PATH_OR_RUN, or --compare A B")
-        with console.status(f"evaluating {model} (k={k})"):
-            report = evaluate(model, out_dir=out, **run_options)
+        with _episode_progress(console, f"evaluating {model} (k={k})") as on_episodes:
+            report = evaluate(model, out_dir=out, on_episodes=on_episodes, **run_options)
         console.print(report_table(report))
         if out is not None:
             console.print(f"report, markdown and transcripts written to {out}")
@@ -562,8 +573,8 @@ def eval_command(
             reports.append(load_report(Path(name)))
             continue
         target = out / which if out is not None else None
-        with console.status(f"evaluating {name} (k={k})"):
-            reports.append(evaluate(name, out_dir=target, **run_options))
+        with _episode_progress(console, f"evaluating {name} (k={k})") as on_episodes:
+            reports.append(evaluate(name, out_dir=target, on_episodes=on_episodes, **run_options))
     comparison = compare(reports[0], reports[1], num_resamples=resamples, seed=seed,
                          label_a=compare_with[0], label_b=compare_with[1])
     console.print(comparison.table())
@@ -571,6 +582,25 @@ def eval_command(
         out.mkdir(parents=True, exist_ok=True)
         (out / COMPARE_FILE).write_text(comparison.markdown())
         console.print(f"comparison written to {out / COMPARE_FILE}")
+
+
+@contextmanager
+def _episode_progress(console: Console, title: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar of episodes done / total with an ETA; yields the hook that moves it."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task(title, total=None)
+        yield lambda done, total: progress.update(bar, completed=done, total=total)
 
 
 def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
