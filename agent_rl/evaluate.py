@@ -535,7 +535,7 @@ def eval_command(
     env_arg: Annotated[
         list[str] | None,
         typer.Option(help="An env argument as KEY=VALUE (YAML value), e.g. "
-                     "plain_text_answers=true or categories=[dates]; repeatable."),
+                     "plain_text_answers=true or categories=\\[dates]; repeatable."),
     ] = None,
 ) -> None:
     """Evaluate a model on held-out tasks (macro pass@1, pass@k), or compare two."""
