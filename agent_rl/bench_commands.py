@@ -13,14 +13,18 @@ console = Console()
 app = typer.Typer(help="Benchmarks that print ratios measured side by side in one run.",
                   no_args_is_help=True)
 
-OutOption = Annotated[Path | None, typer.Option("--out", help="Also write the rows as JSON here.")]
+OutOption = Annotated[Path | None, typer.Option(
+    "--out", help="Also write the rows as JSON: a .json file, or a folder (bench_NAME.json in it).")]
 
 
-def _save(rows: Any, out: Path | None) -> None:
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(rows, indent=2, default=str))
-        console.print(f"rows written to {out}")
+def _save(rows: Any, out: Path | None, name: str) -> None:
+    if out is None:
+        return
+    if out.suffix != ".json":
+        out = out / f"bench_{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=2, default=str))
+    console.print(f"rows written to {out}")
 
 
 @app.command("sandbox")
@@ -28,7 +32,7 @@ def bench_sandbox(repeats: Annotated[int, typer.Option(min=3)] = 20, out: OutOpt
     """Session start (cold, pooled) and call latency per backend vs a bare `python -c`."""
     from agent_rl.benchmarks import sandbox_bench
 
-    _save(sandbox_bench.run(console, repeats=repeats), out)
+    _save(sandbox_bench.run(console, repeats=repeats), out, "sandbox")
 
 
 @app.command("env")
@@ -40,7 +44,7 @@ def bench_env(
     """Env reset latency and per-step overhead excluding the tool's own work."""
     from agent_rl.benchmarks import env_bench
 
-    _save(env_bench.run(console, env_id=env, steps=steps), out)
+    _save(env_bench.run(console, env_id=env, steps=steps), out, "env")
 
 
 @app.command("kernels")
@@ -70,7 +74,7 @@ def bench_kernels(
     rows = kernels_bench.run(console, resolve_model(model, dtype), dtype=dtype,
                              batch_size=batch_size, max_tokens=max_tokens,
                              prompt_tokens=prompt_tokens, group_size=group_size)
-    _save(rows, out)
+    _save(rows, out, "kernels")
 
 
 def _bench_kernels_cuda(out: Path | None) -> None:
@@ -91,7 +95,8 @@ def _bench_kernels_cuda(out: Path | None) -> None:
         table.add_row(row["part"], row["shape"], f"{row['matched_ms']:.3f}",
                       f"{row['stock_ms']:.3f}", f"{row['matched_over_stock']:.2f}x")
     console.print(table)
-    _save({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, out)
+    _save({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, out,
+          "kernels_cuda")
 
 
 @app.command("gemm")
@@ -112,7 +117,7 @@ def bench_gemm(
     counts = [int(r) for r in rows.split(",") if r.strip()]
     if not counts or min(counts) < 1:
         raise typer.BadParameter(f"rows must be positive integers, got {rows!r}")
-    _save(gemm_bench.run(console, config, counts), out)
+    _save(gemm_bench.run(console, config, counts), out, "gemm")
 
 
 @app.command("pipeline")
@@ -124,7 +129,7 @@ def bench_pipeline(
     """Async (max_lag from the config) vs sync training for the same updates: updates/hour ratio."""
     from agent_rl.benchmarks import pipeline_bench
 
-    _save(pipeline_bench.run(console, config, updates=updates), out)
+    _save(pipeline_bench.run(console, config, updates=updates), out, "pipeline")
 
 
 @app.command("rollout")
@@ -145,4 +150,4 @@ def bench_rollout(
     counts = tuple(int(part) for part in concurrency.split(","))
     rows = rollout_bench.run(console, resolve_model(model, dtype), concurrency=counts,
                              max_tokens=max_tokens, dtype=dtype, compiled=compiled)
-    _save(rows, out)
+    _save(rows, out, "rollout")

@@ -179,6 +179,9 @@ def train_command(
         config = config.model_copy(update={"show_worker_logs": True})
     if _already_finished(config):
         return
+    from agent_rl.model_store import resolve_model
+
+    resolve_model(config.model, config.dtype)  # a missing model is one line, before any output
     if not config.show_worker_logs:
         console.print(f"Ray and vLLM worker logs: {Path(config.out_dir) / 'worker_logs'} "
                       "(agent-rl -v train ... shows them here)")
@@ -196,8 +199,11 @@ def train_command(
                 f"IS max/med {metrics.get('is/max_over_median', float('nan')):.3f}  "
                 f"lag max {metrics.get('lag/max', 0)}"))
 
+        def on_status(text: str) -> None:
+            progress.update(bar, description=text)
+
         try:
-            summary = train(config, on_update=on_update)
+            summary = train(config, on_update=on_update, on_status=on_status)
         except BaseException:
             _print_saved_ledger(Path(config.out_dir))
             raise

@@ -65,6 +65,8 @@ from agent_rl.trajectory import Group
 logger = logging.getLogger(__name__)
 
 OnUpdate = Callable[[dict[str, Any]], None]
+OnStatus = Callable[[str], None]
+STATUS_EVERY_S = 20.0  # how often a slow start-up says what it is still waiting for
 POLL_S = 1.0
 RESTORING = -(10**9)  # the acknowledged version of an actor being restarted: it gets no work
 RAY_CONNECT_TIMEOUT_S = 5.0
@@ -294,7 +296,8 @@ def check_ray_address(address: str) -> None:
 class Pipeline:
     """One run's moving parts; `run()` drives them until `num_updates` updates are done."""
 
-    def __init__(self, config: TrainConfig, on_update: OnUpdate | None = None) -> None:
+    def __init__(self, config: TrainConfig, on_update: OnUpdate | None = None,
+                 on_status: OnStatus | None = None) -> None:
         import ray
 
         from agent_rl.model_store import resolve_model
@@ -302,6 +305,7 @@ class Pipeline:
         self.ray = ray
         self.config = config
         self.on_update = on_update
+        self.on_status = on_status
         self.max_lag = config.effective_max_lag
         self.run_dir = Path(config.out_dir)
         # Everything a user can get wrong is checked before the run folder or Ray exists.
@@ -323,7 +327,6 @@ class Pipeline:
 
     def _start(self, config: TrainConfig, model_dir: Path) -> None:
         """Start the actors and the learner, resume from the latest checkpoint, sync weights."""
-        import ray
 
         self.actors = start_rollout_actors(
             config, rollout_model_dir(config, model_dir, self.run_dir)
@@ -342,7 +345,7 @@ class Pipeline:
             self.learner.load_state_dict(learner_state)
             self.resumed_from = self.learner.version
             logger.info("resumed from %s at version %d", checkpoint, self.learner.version)
-        ray.get(starting)
+        self._wait_for_engines(starting)
 
         self.queue: list[Group] = list(self.state.queued_groups)
         self.rerun_indices = sorted(self.state.in_flight_task_indices)
@@ -374,6 +377,25 @@ class Pipeline:
         if self.learner.version > 0:
             self._broadcast_weights()
             self._wait_for_acks()
+
+    def _wait_for_engines(self, starting: list[Any]) -> None:
+        """Wait for the actors' engines to start, saying now and then what is still awaited."""
+        import ray
+
+        began = time.monotonic()
+        pending = list(starting)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=STATUS_EVERY_S)
+            ray.get(ready)  # an actor that failed to start raises here, at once
+            if pending:
+                self._status(f"waiting for {len(pending)} of {len(starting)} rollout engine(s) "
+                             f"to start, {time.monotonic() - began:.0f} s so far; their logs: "
+                             f"{self.run_dir / WORKER_LOGS}")
+
+    def _status(self, text: str) -> None:
+        logger.info(text)
+        if self.on_status is not None:
+            self.on_status(text)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -873,9 +895,11 @@ class Pipeline:
             _stop_processes(descendants)
 
 
-def train(config: TrainConfig, on_update: OnUpdate | None = None) -> RunSummary:
-    """Run RL training as `config` says; `on_update(metrics)` is called after every update."""
-    return Pipeline(config, on_update).run()
+def train(config: TrainConfig, on_update: OnUpdate | None = None,
+          on_status: OnStatus | None = None) -> RunSummary:
+    """Run RL training as `config` says; `on_update(metrics)` is called after every update and
+    `on_status(text)` while a slow start-up waits."""
+    return Pipeline(config, on_update, on_status).run()
 
 
 def _flat_groups(groups: list[Group]) -> list[bool]:
