@@ -28,11 +28,16 @@ def _save(rows: Any, out: Path | None, name: str) -> None:
 
 
 @app.command("sandbox")
-def bench_sandbox(repeats: Annotated[int, typer.Option(min=3)] = 20, out: OutOption = None) -> None:
+def bench_sandbox(
+    repeats: Annotated[int, typer.Option(min=3)] = 20,
+    backend: Annotated[list[str] | None, typer.Option(
+        help="A backend to measure (repeatable); default: every one that runs here.")] = None,
+    out: OutOption = None,
+) -> None:
     """Session start (cold, pooled) and call latency per backend vs a bare `python -c`."""
     from agent_rl.benchmarks import sandbox_bench
 
-    _save(sandbox_bench.run(console, repeats=repeats), out, "sandbox")
+    _save(sandbox_bench.run(console, repeats=repeats, backends=backend), out, "sandbox")
 
 
 @app.command("env")

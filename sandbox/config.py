@@ -28,7 +28,8 @@ class SandboxConfig:
     max_output_chars: int = 10_000  # stdout, stderr and value are each cut to this length
     work_dir_mb: int = 64  # size of the private tmpfs work dir (and of /tmp)
     cpus: float = 1.0  # CPU share of a docker container
-    docker_image: str = "python:3.11-slim"  # image with a python3 on PATH, docker only
+    # image with a python3 on PATH, docker only; `agent-rl sandbox image build` makes this one
+    docker_image: str = "agent-rl/sandbox-python:3.11"
     start_timeout_s: float = 10.0  # how long a new sandbox may take to answer its handshake
     sandbox_uid_base: int = 200_000  # bwrap as root: sessions run as unprivileged uids above this
 

@@ -103,8 +103,10 @@ class Session:
         except (TimeoutError, KernelGoneError, ProtocolViolationError) as error:
             status = transport.kill(grace_s=0.5)
             reason = "did not answer in time" if isinstance(error, TimeoutError) else str(error)
+            where = (f" (image {self.config.docker_image}: it needs python3 with its standard "
+                     "library)" if self.config.backend == "docker" else "")
             raise SandboxStartError(
-                f"the {self.config.backend} sandbox failed to start ({reason}; exit status"
+                f"the {self.config.backend} sandbox failed to start{where} ({reason}; exit status"
                 f" {status}); its messages: {transport.diagnostics() or '(none)'}") from error
         self._transport, self._reader = transport, reader
 

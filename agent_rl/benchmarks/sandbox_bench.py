@@ -93,15 +93,18 @@ def _busy_call_overhead_ms(session: Session) -> float:
     return wall_ms - float(result.value or 0.0) * 1e3
 
 
-def run(console: Console, repeats: int = 20) -> list[dict]:
-    """Measure every available backend and the bare subprocess; print a table, return its rows.
+def run(console: Console, repeats: int = 20, backends: list[str] | None = None) -> list[dict]:
+    """Measure `backends` (default: every one that runs here) and the bare subprocess side by
+    side; print a table, return its rows.
 
     Each row: backend, metric, median_ms, p90_ms, repeats, and `vs_bare` (the median over the
     bare subprocess's start) for start-like metrics.
     """
     rows = [_bare_start(repeats)]
     bare_ms = rows[0]["median_ms"]
-    for backend in BACKENDS:
+    for backend in backends or BACKENDS:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown sandbox backend {backend!r}; choose from {BACKENDS}")
         try:
             rows += _backend_rows(backend, repeats)
         except BackendUnavailableError as error:

@@ -16,11 +16,13 @@ from typing import Any
 
 from sandbox.backends import KERNEL_PATH, kernel_settings
 from sandbox.config import SandboxConfig
-from sandbox.errors import BackendUnavailableError
+from sandbox.docker_image import require_image
+from sandbox.errors import BackendUnavailableError, SandboxStartError
 
 __all__ = ["docker_client", "start"]
 
 WORK_DIR = "/workspace"
+SANDBOX_UID = 65534  # nobody
 _STREAM_HEADER = struct.Struct(">BxxxI")
 
 
@@ -98,14 +100,17 @@ class DockerTransport:
 def start(config: SandboxConfig) -> DockerTransport:
     """Start one kernel in a fresh container."""
     client = docker_client()
+    require_image(client, config.docker_image)
     # The pids cgroup bounds processes; RLIMIT_NPROC would count every uid-65534 process of
     # the host, across containers.
     settings = kernel_settings(config, WORK_DIR, max_processes=None)
-    tmpfs_options = f"size={config.work_dir_mb}m,mode=1777"
+    # Owned by the sandbox user: dockerd 20.10 drops a tmpfs `mode=` option (root 0755 then).
+    tmpfs_options = f"size={config.work_dir_mb}m,uid={SANDBOX_UID},gid={SANDBOX_UID}"
     container = client.containers.create(
         config.docker_image,
         command=["python3", "-I", "-S", "-B", "-c", KERNEL_PATH.read_text(), json.dumps(settings)],
-        stdin_open=True, network_disabled=True, read_only=True, user="65534:65534",
+        stdin_open=True, network_disabled=True, read_only=True,
+        user=f"{SANDBOX_UID}:{SANDBOX_UID}",
         working_dir=WORK_DIR, tmpfs={WORK_DIR: tmpfs_options, "/tmp": tmpfs_options},
         mem_limit=f"{config.memory_mb}m", memswap_limit=f"{config.memory_mb}m",
         pids_limit=config.max_processes, nano_cpus=int(config.cpus * 1e9),
@@ -114,8 +119,11 @@ def start(config: SandboxConfig) -> DockerTransport:
         socket = container.attach_socket(
             params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         container.start()
-    except Exception:
+    except Exception as error:
         with contextlib.suppress(Exception):
             container.remove(force=True)
-        raise
+        lacks = ("it has no python3 on PATH" if "executable file not found" in str(error)
+                 else f"{type(error).__name__}: {str(error)[-300:]}")
+        raise SandboxStartError(
+            f"Docker image {config.docker_image} cannot run the sandbox: {lacks}") from error
     return DockerTransport(container, socket)
