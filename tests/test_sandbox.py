@@ -42,13 +42,18 @@ def backend_unavailable(backend: str) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module", params=["bwrap", "docker"])
-def config(request: pytest.FixtureRequest) -> SandboxConfig:
-    if reason := backend_unavailable(request.param):
+def config_for(backend: str) -> SandboxConfig:
+    """The test limits on `backend`, or a skip saying why it cannot run here."""
+    if reason := backend_unavailable(backend):
         pytest.skip(reason)
     # A container takes longer than a namespace to start on a loaded machine.
-    start_timeout_s = 60.0 if request.param == "docker" else 10.0
-    return SandboxConfig(backend=request.param, start_timeout_s=start_timeout_s, **LIMITS)
+    start_timeout_s = 60.0 if backend == "docker" else 10.0
+    return SandboxConfig(backend=backend, start_timeout_s=start_timeout_s, **LIMITS)
+
+
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def config(request: pytest.FixtureRequest) -> SandboxConfig:
+    return config_for(request.param)
 
 
 _sandbox_uids: set[int] = set()

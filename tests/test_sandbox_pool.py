@@ -8,17 +8,14 @@ import threading
 import time
 
 import pytest
-from test_sandbox import LIMITS, backend_unavailable
+from test_sandbox import config_for
 
 from sandbox import SandboxClosedError, SandboxConfig, SandboxError, SandboxStartError, SessionPool
 
 
 @pytest.fixture(scope="module", params=["bwrap", "docker"])
 def config(request: pytest.FixtureRequest) -> SandboxConfig:
-    if reason := backend_unavailable(request.param):
-        pytest.skip(reason)
-    start_timeout_s = 60.0 if request.param == "docker" else 10.0
-    return SandboxConfig(backend=request.param, start_timeout_s=start_timeout_s, **LIMITS)
+    return config_for(request.param)
 
 
 @pytest.fixture

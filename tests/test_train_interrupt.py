@@ -16,6 +16,21 @@ import pytest
 START_TIMEOUT_S = 600  # Ray and a vLLM engine start slowly on 2 loaded cores
 
 
+def _interrupt(process: subprocess.Popen) -> str:
+    """Ctrl-C the run (kill it if it does not stop); its output, after checking it failed."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+    try:
+        output, _ = process.communicate(timeout=180)
+    except ValueError:  # a failed check above has read the output already
+        output = ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode != 0, output[-3000:]
+    return output
+
+
 @pytest.mark.slow
 def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
     out_dir = tmp_path / "run"
@@ -33,12 +48,8 @@ def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
             assert process.poll() is None, process.communicate()[0][-3000:]
             assert time.monotonic() < deadline, "no update within the start timeout"
             time.sleep(1)
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=180)
     finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode != 0
+        output = _interrupt(process)
     assert "ledger at exit" in output, output[-3000:]
     ledger = json.loads((out_dir / "ledger.json").read_text())
     assert ledger["status"].startswith("interrupted: KeyboardInterrupt")
@@ -69,12 +80,8 @@ def test_ctrl_c_during_start_up_leaves_no_process_behind(tmp_path: Path) -> None
                 except psutil.NoSuchProcess:
                     pass
             time.sleep(0.5)
-        process.send_signal(signal.SIGINT)
-        output, _ = process.communicate(timeout=180)
     finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode != 0
+        output = _interrupt(process)
     assert "stopped before the first update" in output, output[-3000:]
     survivors = []
     for child, name in seen.values():
