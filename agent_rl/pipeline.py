@@ -327,7 +327,6 @@ class Pipeline:
 
     def _start(self, config: TrainConfig, model_dir: Path) -> None:
         """Start the actors and the learner, resume from the latest checkpoint, sync weights."""
-
         self.actors = start_rollout_actors(
             config, rollout_model_dir(config, model_dir, self.run_dir)
         )
