@@ -23,7 +23,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 pytestmark = pytest.mark.slow
 
-CATEGORIES = {"arithmetic", "strings", "dates", "code"}
+CATEGORIES = {"arithmetic", "strings", "lists", "dates", "code"}
 LIMIT_PER_CATEGORY = 2
 MAX_TURNS = 2
 

@@ -12,7 +12,7 @@ import pytest
 
 from envs.tasks import CATEGORIES, DATA_DIR, SPLITS, TaskFileError, load_tasks, split_sizes
 from envs.tasks.generate import generate_files, split_of
-from envs.verifiers import default_verifiers
+from envs.verifiers import as_verdict, default_verifiers
 
 COLUMNS = ["answer", "category", "extra", "prompt", "task_id", "verifier"]
 
@@ -44,6 +44,23 @@ def test_each_category_has_200_train_and_50_heldout_tasks():
     }
 
 
+@pytest.mark.parametrize("category", [c for c in CATEGORIES if c != "code"])
+def test_no_constant_answer_passes_a_category_beyond_chance(category):
+    """A policy that ignores the question must not score: the best constant answer (any
+    reference answer, yes, no, a small number) passes at most 10% of the held-out tasks, and
+    yes/no questions are balanced. Code tasks are exempt: each needs its own function."""
+    tasks = load_tasks("heldout", categories=[category]).to_list()
+    verifiers = default_verifiers()
+    candidates = {task["answer"] for task in tasks} | {"yes", "no", "0", "1", "2", "Monday"}
+    best = max(
+        sum(as_verdict(verifiers[task["verifier"]](answer, task)).reward for task in tasks)
+        for answer in candidates
+    )
+    assert best / len(tasks) <= 0.10
+    yes_no = [task["answer"] for task in tasks if task["verifier"] == "yes_no"]
+    assert abs(yes_no.count("yes") - yes_no.count("no")) <= 1
+
+
 def test_task_ids_are_unique(all_tasks):
     ids = list(all_tasks["train"]["task_id"]) + list(all_tasks["heldout"]["task_id"])
     assert len(ids) == len(set(ids))
@@ -57,7 +74,7 @@ def test_load_tasks_has_the_contract_columns_and_filters_categories():
 
 
 def test_unknown_category_or_split_names_the_valid_ones():
-    with pytest.raises(ValueError, match="the categories are arithmetic, strings, dates, code"):
+    with pytest.raises(ValueError, match="the categories are arithmetic, strings, lists, dates, code"):
         load_tasks("train", categories=["algebra"])
     with pytest.raises(ValueError, match="the splits are train, heldout"):
         load_tasks("test")

@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 DATA_DIR = Path(__file__).parent / "data"
-CATEGORIES = ("arithmetic", "strings", "dates", "code")
+CATEGORIES = ("arithmetic", "strings", "lists", "dates", "code")
 SPLITS = ("train", "heldout")
 REQUIRED_COLUMNS = ("prompt", "answer")
 

@@ -1,9 +1,11 @@
 """Generate the shipped task sets, reproducibly: `python -m envs.tasks.generate [--check]`.
 
-Four categories where a Python tool helps: exact arithmetic (from "17 + 25" to 25-digit
-products), string and list manipulation, date and calendar questions, and small functions
-checked by unit tests. Easy items are mixed in on purpose: RL needs a weak model to get a
-nonzero reward sometimes.
+Five categories where a Python tool helps: exact arithmetic (from "17 + 25" to 25-digit
+products), string manipulation, list operations, date and calendar questions, and small
+functions checked by unit tests. Easy items are mixed in on purpose: RL needs a weak model to
+get a nonzero reward sometimes. No category can be passed by a constant answer: yes/no
+questions are half yes, and numeric answers are spread (`tests/test_tasks.py` checks the best
+constant answer per category on the held-out split).
 
 The split is a function of the prompt text (a SHA-256 hash), so train and held-out tasks can
 never overlap, whatever the seed or sizes. Each task's `extra` holds `oracle_code`, a program
@@ -109,52 +111,65 @@ def arithmetic_task(rng: random.Random) -> Task:
 
 def strings_task(rng: random.Random) -> Task:
     kind = rng.choice(
-        ["reverse", "count_letter", "length", "sort_list", "sum_list", "max_list",
-         "sorted_letters", "vowels", "unique", "word_count"]
+        ["reverse", "count_letter", "length", "sorted_letters", "vowels", "word_count"]
     )
     word = rng.choice(WORDS)
-    numbers = [rng.randint(-50, 99) for _ in range(rng.randint(4, 10))]
     if kind == "reverse":
-        return make_task("strings", f"Reverse the string '{word}'.", word[::-1], "exact",
-                         f"print({word!r}[::-1])")
+        text = rng.choice([word, " ".join(rng.sample(WORDS, 2))])
+        return make_task("strings", f"Reverse the string '{text}'.", text[::-1], "exact",
+                         f"print({text!r}[::-1])")
     if kind == "count_letter":
-        letter = rng.choice(sorted(set(word)))
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))
+        letter = rng.choice(sorted(set(text.replace(" ", ""))))
         return make_task(
-            "strings", f"How many times does the letter '{letter}' appear in '{word}'?",
-            word.count(letter), "numeric", f"print({word!r}.count({letter!r}))",
+            "strings", f"How many times does the letter '{letter}' appear in '{text}'?",
+            text.count(letter), "numeric", f"print({text!r}.count({letter!r}))",
         )
     if kind == "length":
-        text = " ".join(rng.sample(WORDS, rng.randint(2, 5)))
+        text = " ".join(rng.sample(WORDS, rng.randint(3, 8)))
         return make_task("strings", f"How many characters (including spaces) are in '{text}'?",
                          len(text), "numeric", f"print(len({text!r}))")
-    if kind == "sort_list":
-        return make_task(
-            "strings", f"Sort the list {numbers} in ascending order. Answer as a Python list.",
-            sorted(numbers), "exact", f"print(sorted({numbers}))",
-        )
-    if kind == "sum_list":
-        return make_task("strings", f"What is the sum of the numbers in {numbers}?",
-                         sum(numbers), "numeric", f"print(sum({numbers}))")
-    if kind == "max_list":
-        return make_task("strings", f"What is the second largest number in {numbers}?",
-                         sorted(numbers)[-2], "numeric", f"print(sorted({numbers})[-2])")
     if kind == "sorted_letters":
         return make_task(
             "strings", f"Sort the letters of '{word}' alphabetically and answer with the result.",
             "".join(sorted(word)), "exact", f"print(''.join(sorted({word!r})))",
         )
     if kind == "vowels":
-        text = " ".join(rng.sample(WORDS, rng.randint(1, 3)))
+        text = " ".join(rng.sample(WORDS, rng.randint(2, 6)))
         return make_task("strings", f"How many vowels (a, e, i, o, u) are in '{text}'?",
                          sum(ch in "aeiou" for ch in text), "numeric",
                          f"print(sum(ch in 'aeiou' for ch in {text!r}))")
-    if kind == "unique":
-        values = [rng.randint(1, 9) for _ in range(rng.randint(5, 12))]
-        return make_task("strings", f"How many distinct values are in the list {values}?",
-                         len(set(values)), "numeric", f"print(len(set({values})))")
-    sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+    sentence = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30)))
     return make_task("strings", f"How many words are in the sentence '{sentence}'?",
                      len(sentence.split()), "numeric", f"print(len({sentence!r}.split()))")
+
+
+def lists_task(rng: random.Random) -> Task:
+    kind = rng.choice(["sort", "sum", "second_largest", "distinct", "product", "range"])
+    numbers = [rng.randint(-99, 999) for _ in range(rng.randint(6, 14))]
+    if kind == "sort":
+        return make_task(
+            "lists", f"Sort the list {numbers} in ascending order. Answer as a Python list.",
+            sorted(numbers), "exact", f"print(sorted({numbers}))",
+        )
+    if kind == "sum":
+        return make_task("lists", f"What is the sum of the numbers in {numbers}?",
+                         sum(numbers), "numeric", f"print(sum({numbers}))")
+    if kind == "second_largest":
+        return make_task("lists", f"What is the second largest number in {numbers}?",
+                         sorted(numbers)[-2], "numeric", f"print(sorted({numbers})[-2])")
+    if kind == "distinct":
+        values = [rng.randint(1, 40) for _ in range(rng.randint(10, 30))]
+        return make_task("lists", f"How many distinct values are in the list {values}?",
+                         len(set(values)), "numeric", f"print(len(set({values})))")
+    if kind == "product":
+        small = [rng.randint(2, 19) for _ in range(rng.randint(5, 9))]
+        return make_task("lists", f"What is the product of the numbers in {small}?",
+                         math.prod(small), "numeric", f"import math\nprint(math.prod({small}))")
+    return make_task(
+        "lists", f"What is the largest number in {numbers} minus the smallest?",
+        max(numbers) - min(numbers), "numeric", f"print(max({numbers}) - min({numbers}))",
+    )
 
 
 def _random_date(rng: random.Random) -> datetime.date:
@@ -162,7 +177,7 @@ def _random_date(rng: random.Random) -> datetime.date:
 
 
 def dates_task(rng: random.Random) -> Task:
-    kind = rng.choice(["weekday", "between", "add_days", "leap", "leap", "month_days"])
+    kind = rng.choice(["weekday", "between", "add_days", "leap", "day_of_year"])
     day = _random_date(rng)
     if kind == "weekday":
         return make_task(
@@ -191,17 +206,20 @@ def dates_task(rng: random.Random) -> Task:
             f"datetime.timedelta(days={offset}))",
         )
     if kind == "leap":
+        # Half the questions are about leap years, so answering "no" to all scores half.
         year = rng.randint(1600, 2400)
+        if rng.random() < 0.5:
+            year = next(y for y in range(year, year + 8) if calendar.isleap(y))
         return make_task(
             "dates", f"Is {year} a leap year? Answer yes or no.",
             "yes" if calendar.isleap(year) else "no", "yes_no",
             f"import calendar\nprint('yes' if calendar.isleap({year}) else 'no')",
         )
-    year, month = rng.randint(1900, 2100), rng.randint(1, 12)
     return make_task(
-        "dates", f"How many days are in {calendar.month_name[month]} {year}?",
-        calendar.monthrange(year, month)[1], "numeric",
-        f"import calendar\nprint(calendar.monthrange({year}, {month})[1])",
+        "dates", f"What day of the year (1 to 366) is {day.isoformat()}?",
+        day.timetuple().tm_yday, "numeric",
+        f"import datetime\nprint(datetime.date.fromisoformat({day.isoformat()!r})"
+        ".timetuple().tm_yday)",
     )
 
 
@@ -289,6 +307,7 @@ def code_task(rng: random.Random) -> Task:
 GENERATORS: dict[str, Callable[[random.Random], Task]] = {
     "arithmetic": arithmetic_task,
     "strings": strings_task,
+    "lists": lists_task,
     "dates": dates_task,
     "code": code_task,
 }
@@ -311,9 +330,17 @@ def generate_category(
         split = split_of(task["prompt"])
         if task["prompt"] in seen or len(splits[split]) >= sizes[split]:
             continue
+        if task["verifier"] == "yes_no" and _yes_no_tilt(splits[split], task["answer"]) > 1:
+            continue
         seen.add(task["prompt"])
         splits[split].append(task)
     return splits
+
+
+def _yes_no_tilt(tasks: list[Task], answer: str) -> int:
+    """How far yes and no answers would be apart in `tasks` with one more `answer`."""
+    answers = [task["answer"] for task in tasks if task["verifier"] == "yes_no"] + [answer]
+    return abs(answers.count("yes") - answers.count("no"))
 
 
 def render_jsonl(tasks: list[Task]) -> str:
