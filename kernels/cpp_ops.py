@@ -5,9 +5,10 @@ fixed order (see the source's header), so they need none of the torch backend's 
 elementwise exp tricks and run much faster. The extension is compiled on first use with
 `torch.utils.cpp_extension` and cached under `TORCH_EXTENSIONS_DIR`, else
 `$AGENT_RL_HOME/torch_extensions` (default `~/.cache/agent-rl/torch_extensions`). When it cannot
-be built, `kernels.ops` falls back to the pure-torch `cpu_ops` and logs why, once. The build holds
-an AVX-512, an AVX2 and a baseline clone of each kernel; `AGENT_RL_KERNELS_ISA` (`kernels.isa`)
-builds one level alone, so that tests can compare the clones' bits.
+be built, `kernels.ops` falls back to the pure-torch `cpu_ops` and logs why, once. It is built for
+one x86-64 level, the best this CPU's flags allow (`kernels.isa`): AVX-512, AVX2 + FMA, or the
+baseline. GCC's own clone dispatch (target_clones) picked the baseline on an AMD EPYC with AVX2,
+30x slower. `AGENT_RL_KERNELS_ISA` forces a level, so that tests can compare the levels' bits.
 
 Rotary embeddings and log-softmax stay in torch: both are exact elementwise or row-wise
 library ops already (see `cpu_ops`).
@@ -36,8 +37,8 @@ logger = logging.getLogger(__name__)
 EXTENSION_NAME = "agent_rl_matched_ops"
 SOURCES = [Path(__file__).parent / "csrc" / "matched_ops.cpp"]
 # -O2 and exact IEEE semantics: no implicit FMA contraction (the source writes its fused
-# multiply-adds), no reassociation; vector widths are chosen at load time by the source's
-# target_clones, never by the build machine (-march is not set).
+# multiply-adds), no reassociation; -march is the level's (x86-64-v4, -v3 or the baseline), so
+# the vector width is that of the CPU it runs on, and every level gives the same bits.
 CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math", "-fopenmp", "-Wno-psabi"]
 _FLOAT_TYPES = (torch.float32, torch.bfloat16)
 _PACKED = "_agent_rl_packed"  # the attribute a weight keeps its packed copy in
@@ -48,13 +49,14 @@ _state: dict[str, str | bool | None] = {"loaded": None, "reason": None}
 
 
 def _level_suffix() -> tuple[str, list[str]]:
-    """The extension name's suffix and the define for a level forced by AGENT_RL_KERNELS_ISA
-    (each level is built and cached apart; the default build holds every level's clone)."""
-    level = isa.forced_level()
+    """The extension name's suffix and the flags that build it for one x86-64 level: the one
+    AGENT_RL_KERNELS_ISA forces, else the best this CPU's flags allow (each level is built and
+    cached apart). Without a known level (another architecture) the source builds as clones."""
+    level = isa.dispatched_level()
     if level is None:
         return "", []
     token = level.replace("-", "_").upper()
-    return f"_{token.lower()}", [f"-DMATCHED_ISA_{token}"]
+    return f"_{token.lower()}", [f"-DMATCHED_ISA_{token}", f"-march={level}"]
 
 
 def build_directory() -> Path:

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <immintrin.h>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -45,18 +46,23 @@ constexpr vi kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 constexpr int64_t kKeyBlock = 64;  // attention key blocks, aligned to absolute positions
 constexpr int64_t kQueryTile = 16;  // consecutive queries whose rows share key and value loads
 constexpr int64_t kPanel = 64;  // weight columns per packed GEMM panel: 4 vectors
-constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 accumulators
+#if defined(MATCHED_BLOCK_ROWS)
+constexpr int kBlockRows = MATCHED_BLOCK_ROWS;
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+constexpr int kBlockRows = 4;  // GEMM rows per register block: 8 ymm accumulators
+#else
+constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 zmm accumulators
+#endif
 constexpr int64_t kGemmRows = 48;  // rows of one GEMM task: 8 register blocks
 
 #define MATCHED_INLINE static inline __attribute__((always_inline))
-// MATCHED_ISA_* (set by kernels.cpp_ops when AGENT_RL_KERNELS_ISA forces one level) builds only
-// that level's code, so the tests can run each clone this CPU supports and compare their bits.
-#if defined(MATCHED_ISA_X86_64)
+// kernels.cpp_ops builds one level per machine, the best the CPU has or the one
+// AGENT_RL_KERNELS_ISA forces (so the tests can run every level it supports and compare bits) (the file compiled with -march=<level> and
+// MATCHED_ISA_<level> defined): GCC 12's target_clones resolver was seen to pick the baseline
+// clone on an AMD EPYC that supports x86-64-v3, and per-function targets leave the vector
+// intrinsics below unusable. Without a level the file still builds as clones.
+#if defined(MATCHED_ISA_X86_64) || defined(MATCHED_ISA_X86_64_V3) || defined(MATCHED_ISA_X86_64_V4)
 #define MATCHED_CLONES
-#elif defined(MATCHED_ISA_X86_64_V3)
-#define MATCHED_CLONES __attribute__((target("arch=x86-64-v3")))
-#elif defined(MATCHED_ISA_X86_64_V4)
-#define MATCHED_CLONES __attribute__((target("arch=x86-64-v4")))
 #else
 #define MATCHED_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -94,14 +100,20 @@ MATCHED_INLINE void store16(float* p, vf v) { std::memcpy(p, &v, sizeof(v)); }
 
 MATCHED_INLINE float lane(vf v, int i) { return v[i]; }
 
-// a * b + c lane by lane with one IEEE rounding: one vfmadd where the clone has FMA, exact
-// libm fmaf where it does not, so every clone gives the same bits.
+// a * b + c lane by lane with one IEEE rounding: one vfmadd where the level has FMA, exact
+// libm fmaf where it does not, so every level gives the same bits.
+#if defined(__AVX512F__)
+MATCHED_INLINE vf fma16(float a, vf b, vf c) {
+  return (vf)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)b, (__m512)c);
+}
+#else
 MATCHED_INLINE vf fma16(float a, vf b, vf c) {
   vf r;
 #pragma GCC unroll 16
   for (int i = 0; i < kLanes; ++i) r[i] = __builtin_fmaf(a, b[i], c[i]);
   return r;
 }
+#endif
 
 // Fixed tree over the 16 lanes: (l, l+8), then (l, l+4), (l, l+2), (l, l+1).
 MATCHED_INLINE float reduce16(vf a) {
@@ -182,6 +194,51 @@ MATCHED_INLINE void outer_products(const TA* const* a, const TB* b, int64_t ldb,
 // multiply-adds it into 4 vectors of outputs. There is no cross-lane reduction: every output is
 // a chain of fmaf(x[m, k], w[n, k], acc) from acc = 0, whatever the block it sits in.
 
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+// AVX2 has 16 vector registers of 8 lanes: the 16-lane `vf` code above spills there. This is
+// the same computation (each output a chain of fused multiply-adds over k = 0, 1, ... from 0,
+// so the same bits) on __m256 registers: R rows x 16 columns, 2R accumulators.
+MATCHED_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+MATCHED_INLINE __m256 load8(const bf16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+template <int R, class TA, class TB>
+MATCHED_INLINE void outer_products_16(const TA* const* a, const TB* b, int64_t ldb, int64_t n,
+                                      float (*out)[16]) {
+  __m256 sum[R][2];
+  for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; ++i) {
+    const TB* bi = b + i * ldb;
+    const __m256 b0 = load8(bi), b1 = load8(bi + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 ai = _mm256_set1_ps(static_cast<float>(a[r][i]));
+      sum[r][0] = _mm256_fmadd_ps(ai, b0, sum[r][0]);
+      sum[r][1] = _mm256_fmadd_ps(ai, b1, sum[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(out[r], sum[r][0]);
+    _mm256_storeu_ps(out[r] + 8, sum[r][1]);
+  }
+}
+
+template <int R, class TX, class TW, class TO>
+MATCHED_INLINE void linear_block(const TX* x, const TW* panel, TO* out, int64_t N, int64_t K,
+                                 int64_t cols) {
+  const TX* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = x + r * K;
+  for (int64_t c = 0; c < cols; c += 16) {
+    float part[R][16];
+    outer_products_16<R>(rows, panel + c, kPanel, K, part);
+    const int64_t width = std::min<int64_t>(16, cols - c);
+    for (int r = 0; r < R; ++r)
+      for (int64_t j = 0; j < width; ++j) out[r * N + c + j] = from_float<TO>(part[r][j]);
+  }
+}
+#else
 template <int R, class TX, class TW, class TO>
 MATCHED_INLINE void linear_block(const TX* x, const TW* panel, TO* out, int64_t N, int64_t K,
                                  int64_t cols) {
@@ -199,6 +256,8 @@ MATCHED_INLINE void linear_block(const TX* x, const TW* panel, TO* out, int64_t 
     }
   }
 }
+
+#endif
 
 // Rows [m0, m_end) of one panel's 64 columns, six rows at a time, then the last 1-5.
 template <class TX, class TW, class TO>
