@@ -6,6 +6,10 @@ turn adds only the ids of the text the template would insert after the assistant
 rest of the assistant's closing, the new messages and the next generation prompt). That text is
 found by rendering the conversation with and without the new messages and taking the difference,
 so any append-only chat template works without knowing its markup.
+
+`EpisodeTokens` is that recipe for a whole episode. The rollout feeds it the ids it sampled;
+supervised fine-tuning feeds it the ids of written demonstration turns (`ChatTokens.turn_ids`).
+Both get their ids from it, so SFT trains on exactly the tokens RL will later sample and score.
 """
 
 from __future__ import annotations
@@ -61,6 +65,16 @@ class ChatTokens:
         """The text of sampled ids as the environment should read it (special tokens dropped)."""
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
+    def turn_ids(self, text: str) -> list[int]:
+        """Ids of a written assistant turn as the model would sample it: its text, then the
+        stop token that ends a turn (the first token of the assistant closing)."""
+        return self.encode(text) + [self.stop_token_id]
+
+    @property
+    def stop_token_id(self) -> int:
+        """The token a model emits to end its turn (e.g. <|im_end|>)."""
+        return self.encode(self._assistant_closing)[0]
+
     @property
     def assistant_closing(self) -> str:
         """What the template writes after an assistant message's content (e.g. '<|im_end|>\\n')."""
@@ -108,6 +122,38 @@ class ChatTokens:
                 "generation prompt; incremental token ids need an append-only template"
             )
         return full[full.index(_SENTINEL) + len(_SENTINEL) :]
+
+
+class EpisodeTokens:
+    """The token ids of one episode, built turn by turn as the rollout builds them.
+
+    Args:
+        chat: the renderer (tokenizer, template and tool schemas).
+        opening: the messages `env.reset` returned.
+    """
+
+    def __init__(self, chat: ChatTokens, opening: Sequence[Message]) -> None:
+        self.chat = chat
+        self.history: list[Message] = list(opening)
+        self.opening_ids = chat.opening_ids(self.history)
+        self._closed_by: str | None = None
+
+    def add_assistant(self, token_ids: Sequence[int], stop_token: int | None) -> str:
+        """Record an assistant turn (its ids end with `stop_token` unless it was cut off) and
+        return its text as the environment should read it."""
+        spoken = token_ids[:-1] if stop_token is not None else token_ids
+        text = self.chat.decode(spoken)
+        self.history.append({"role": "assistant", "content": text})
+        self._closed_by = (
+            self.chat.tokenizer.decode([stop_token]) if stop_token is not None else None
+        )
+        return text
+
+    def add_env(self, messages: Sequence[Message]) -> list[int]:
+        """Record the environment's reply; returns the ids that follow the assistant's turn."""
+        ids = self.chat.continuation_ids(self.history, messages, self._closed_by)
+        self.history.extend(messages)
+        return ids
 
 
 def _first_difference(a: str, b: str) -> int:

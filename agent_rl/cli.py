@@ -58,6 +58,8 @@ USER_ERRORS = frozenset({
     "agent_rl.checkpoint.CheckpointWriteError",
     "agent_rl.pipeline.RayUnreachableError",
     "agent_rl.faults.LearnerKilled",
+    "agent_rl.hf_export.InitFromError",
+    "agent_rl.demonstrations.DemonstrationError",
     "envs.tasks.TaskFileError",
     "envs.tool_env.UnknownTaskError",
     "envs.loading.EnvContractError",
@@ -182,9 +184,9 @@ def train_command(
         config = config.model_copy(update={"show_worker_logs": True})
     if _already_finished(config):
         return
-    from agent_rl.model_store import resolve_model
+    from agent_rl.pipeline import resolve_run_model
 
-    resolve_model(config.model, config.dtype)  # a missing model is one line, before any output
+    resolve_run_model(config)  # a missing model is one line, before any output
     if not config.show_worker_logs:
         console.print(f"Ray and vLLM worker logs: {Path(config.out_dir) / 'worker_logs'} "
                       "(agent-rl -v train ... shows them here)")
@@ -213,6 +215,41 @@ def train_command(
     console.print(f"run dir: {summary.run_dir}  updates: {summary.updates}  "
                   f"updates/hour: {summary.updates_per_hour:.1f}  max lag: {summary.lag_max}")
     console.print(f"ledger (saved in {summary.run_dir}/ledger.json): {summary.ledger}")
+
+
+@app.command("sft")
+def sft_command(
+    config_path: Annotated[Path, typer.Argument(help="A YAML SFT config, e.g. configs/sft.yaml.")],
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a config key: --set epochs=2.")
+    ] = None,
+) -> None:
+    """Supervised cold start: train on demonstrations (the env oracle's, or your JSONL chats)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agent_rl.config import parse_key_values
+    from agent_rl.model_store import resolve_model
+    from agent_rl.sft import load_sft_config, run_sft
+
+    config = load_sft_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
+    resolve_model(config.model, config.dtype)  # a missing model is one line, before any output
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    columns = (TextColumn("[bold]sft step"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task("rendering demonstrations, loading the model", total=None)
+
+        def on_step(step: int, total: int, metrics: dict) -> None:
+            progress.update(bar, completed=step, total=total, description=(
+                f"loss {metrics['losses/sft_loss']:.3f}  epoch {metrics['epoch']:.2f}  "
+                f"{metrics['perf/tokens_per_s']:.0f} tok/s"))
+
+        summary = run_sft(config, on_step=on_step)
+    dropped = f", refused {summary.dropped}" if summary.dropped else ""
+    console.print(f"run dir: {summary.run_dir}  steps: {summary.steps}  demonstrations: "
+                  f"{summary.demonstrations}{dropped}  final loss: {summary.final_loss:.3f}")
+    console.print(f"model: {summary.model_dir} (agent-rl eval --model {summary.run_dir}; "
+                  f"init_from: {summary.run_dir} in a train config)")
 
 
 def _already_finished(config: TrainConfig) -> bool:

@@ -224,10 +224,7 @@ class Learner:
         """One optimizer update on `groups`; returns the update's metrics."""
         start = time.perf_counter()
         metrics = self.accumulate_gradients(groups)
-        metrics["losses/grad_norm"] = self._clip_gradients()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.version += 1
+        metrics["losses/grad_norm"] = self.apply_gradients()
         elapsed = time.perf_counter() - start
         metrics["perf/learner_step_s"] = elapsed
         metrics["perf/learner_tokens_per_s"] = metrics.pop("forward_tokens") / elapsed
@@ -281,7 +278,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         for mb_samples in micro_batches(b_samples, self.settings.micro_batch_tokens):
             mb_loss = torch.zeros((), device=self.device)
-            for sample, logprobs in self._model_logprobs(mb_samples):
+            for sample, logprobs in self.sampled_logprobs(mb_samples):
                 if sample.needs_grad:
                     behavior = sample.behavior_logprobs.to(logprobs.device, logprobs.dtype)
                     loss = response_loss(logprobs, behavior, sample.advantage, loss_settings)
@@ -308,7 +305,7 @@ class Learner:
             "forward_tokens": forward_tokens,
         }
 
-    def _model_logprobs(self, samples: list[Sample]) -> Iterator[tuple[Sample, torch.Tensor]]:
+    def sampled_logprobs(self, samples: list[Sample]) -> Iterator[tuple[Sample, torch.Tensor]]:
         """Each sample with the learner's logprobs of its sampled tokens. Responses of one group
         run as one shared-prompt pass when the model has one; the others run packed into one
         stream per forward. Both give each response the bits it gets alone."""
@@ -358,6 +355,15 @@ class Learner:
             if mismatch.numel():
                 limit = int(mismatch[0])
         return limit
+
+    def apply_gradients(self) -> float:
+        """Clip (if set), take the optimizer step and bump the version; returns the pre-clip
+        gradient norm."""
+        norm = self._clip_gradients()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        return norm
 
     def _clip_gradients(self) -> float:
         """The pre-clip global gradient norm; clips only when max_grad_norm is set."""

@@ -146,6 +146,18 @@ def load_task_rows(config: TrainConfig, split: str) -> list[dict[str, Any]]:
     return rows[: config.max_tasks] if config.max_tasks else rows
 
 
+def resolve_run_model(config: TrainConfig) -> Path:
+    """The checkpoint the run's learner and rollout start from: `model`, or the `init_from`
+    weights checked against it."""
+    from agent_rl.hf_export import resolve_init_from
+    from agent_rl.model_store import resolve_model
+
+    model_dir = resolve_model(config.model, config.dtype)
+    if config.init_from is None:
+        return model_dir
+    return resolve_init_from(config.init_from, model_dir)
+
+
 def learner_settings(config: TrainConfig, model_dir: Path) -> LearnerSettings:
     return LearnerSettings(
         model_dir=model_dir,
@@ -300,8 +312,6 @@ class Pipeline:
                  on_status: OnStatus | None = None) -> None:
         import ray
 
-        from agent_rl.model_store import resolve_model
-
         self.ray = ray
         self.config = config
         self.on_update = on_update
@@ -309,7 +319,7 @@ class Pipeline:
         self.max_lag = config.effective_max_lag
         self.run_dir = Path(config.out_dir)
         # Everything a user can get wrong is checked before the run folder or Ray exists.
-        model_dir = resolve_model(config.model, config.dtype)
+        model_dir = resolve_run_model(config)
         check_env_kwargs(config)
         self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from agent_rl.chat_tokens import ChatTokens, Message
+from agent_rl.chat_tokens import ChatTokens, EpisodeTokens, Message
 from agent_rl.config import StrictModel
 from agent_rl.engine import EngineConfig, build_engine, engine_config_metadata
 from agent_rl.trajectory import Group, Trajectory
@@ -347,9 +347,8 @@ class RolloutActor:
         seed: int | None,
     ) -> None:
         tools = reset_info.get("tools") if self.config.pass_tools_to_template else None
-        chat = ChatTokens(self._tokenizer, tools=tools)
-        history = list(messages)
-        episode.feed(chat.opening_ids(history))
+        tokens = EpisodeTokens(ChatTokens(self._tokenizer, tools=tools), messages)
+        episode.feed(tokens.opening_ids)
         budget = self._context_budget
         while True:
             room = budget - len(episode.token_ids)
@@ -367,8 +366,7 @@ class RolloutActor:
             if turn.stop_token is None and len(episode.token_ids) >= budget:
                 episode.end_reason = END_CONTEXT_BUDGET
                 return
-            spoken = turn.token_ids[:-1] if turn.stop_token is not None else turn.token_ids
-            text = chat.decode(spoken)
+            text = tokens.add_assistant(turn.token_ids, turn.stop_token)
             env_messages, reward, terminated, truncated, info = await self._in_env_thread(
                 env.step, text
             )
@@ -377,12 +375,7 @@ class RolloutActor:
             if terminated or truncated:
                 episode.end_reason = END_TERMINATED if terminated else END_TRUNCATED
                 return
-            history.append({"role": "assistant", "content": text})
-            closed_by = (
-                self._tokenizer.decode([turn.stop_token]) if turn.stop_token is not None else None
-            )
-            reply_ids = chat.continuation_ids(history, env_messages, closed_by)
-            history.extend(env_messages)
+            reply_ids = tokens.add_env(env_messages)
             if len(episode.token_ids) + len(reply_ids) >= budget:
                 episode.end_reason = END_CONTEXT_BUDGET
                 return

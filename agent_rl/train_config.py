@@ -21,6 +21,10 @@ class TrainConfig(StrictModel):
 
     # What is trained, on what.
     model: str = Field("tiny", description="'default', 'tiny', or a checkpoint directory")
+    init_from: Path | None = Field(
+        None, description="start from these weights (an `agent-rl sft` run dir, one of its "
+        "checkpoints, or a HF folder) of `model`'s architecture and tokenizer",
+    )
     env: str = Field("agent_rl/PythonTool-v0", description="gymnasium id of the environment")
     env_kwargs: dict[str, Any] = Field(
         default_factory=dict,
