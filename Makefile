@@ -22,11 +22,14 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import transformers, vllm, ray, gymnasium; print('environment ok')"
 	@touch $(STAMP)
 
-# The main job: evaluate the default model on held-out tasks, train it briefly at max_lag 64,
-# evaluate the result, compare. Each step leaves a file behind, so a rerun skips what is done.
+# The main job: evaluate the default model on held-out tasks (base), teach it the tool format
+# from oracle demonstrations (SFT, arithmetic and strings only), evaluate, train it from there
+# with lag-64 asynchronous RL on all four categories, evaluate, and compare the three. Each step
+# leaves a file behind, so a rerun skips what is done.
 AGENT_RL := $(VENV)/bin/agent-rl
 DEMO := runs/demo
-DEMO_EVAL := --k 1 --limit-per-category 8 --max-tokens-per-turn 256
+DEMO_EVAL := --k 1 --limit-per-category 8 --max-tokens-per-turn 160 --max-turns 4 \
+	--env-arg 'categories=[arithmetic,strings,lists,dates]'
 
 demo: install $(DEMO)/compare.md
 	@cat $(DEMO)/compare.md
@@ -35,17 +38,25 @@ $(DEMO)/model.ok: | $(STAMP)
 	$(AGENT_RL) model prepare
 	@mkdir -p $(DEMO) && touch $@
 
-$(DEMO)/eval-before/report.json: $(DEMO)/model.ok
-	$(AGENT_RL) eval --model default $(DEMO_EVAL) --out $(DEMO)/eval-before
+$(DEMO)/eval-base/report.json: $(DEMO)/model.ok
+	$(AGENT_RL) eval --model default $(DEMO_EVAL) --out $(DEMO)/eval-base
 
-$(DEMO)/run/ledger.json: $(DEMO)/model.ok configs/demo.yaml
-	$(AGENT_RL) train configs/demo.yaml --set out_dir=$(DEMO)/run
+$(DEMO)/sft/done: $(DEMO)/model.ok configs/sft.yaml
+	$(AGENT_RL) sft configs/sft.yaml --set out_dir=$(DEMO)/sft
+	@touch $@
 
-$(DEMO)/eval-after/report.json: $(DEMO)/run/ledger.json
-	$(AGENT_RL) eval --model $(DEMO)/run $(DEMO_EVAL) --out $(DEMO)/eval-after
+$(DEMO)/eval-sft/report.json: $(DEMO)/sft/done
+	$(AGENT_RL) eval --model $(DEMO)/sft $(DEMO_EVAL) --out $(DEMO)/eval-sft
 
-$(DEMO)/compare.md: $(DEMO)/eval-before/report.json $(DEMO)/eval-after/report.json
-	$(AGENT_RL) eval --compare $(DEMO)/eval-before $(DEMO)/eval-after --out $(DEMO)
+$(DEMO)/run/ledger.json: $(DEMO)/sft/done configs/demo.yaml
+	$(AGENT_RL) train configs/demo.yaml --set out_dir=$(DEMO)/run --set init_from=$(DEMO)/sft
+
+$(DEMO)/eval-rl/report.json: $(DEMO)/run/ledger.json
+	$(AGENT_RL) eval --model $(DEMO)/run $(DEMO_EVAL) --out $(DEMO)/eval-rl
+
+$(DEMO)/compare.md: $(DEMO)/eval-base/report.json $(DEMO)/eval-sft/report.json $(DEMO)/eval-rl/report.json
+	$(AGENT_RL) compare base=$(DEMO)/eval-base sft=$(DEMO)/eval-sft rl=$(DEMO)/eval-rl --out $(DEMO)
+	@mkdir -p docs/figures && cp $(DEMO)/compare.json docs/figures/demo_compare.json
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -79,11 +79,12 @@ def is_user_error(error: BaseException) -> bool:
 def _register_optional_commands() -> None:
     """Attach command groups whose modules live beside the parts they drive."""
     from agent_rl import env_commands, sandbox_commands
-    from agent_rl.evaluate import eval_command
+    from agent_rl.evaluate import compare_command, eval_command
 
     app.add_typer(env_commands.app, name="env", help="List registered envs and run episodes.")
     app.add_typer(sandbox_commands.app, name="sandbox", help="The sandbox's Docker image.")
     app.command("eval")(eval_command)
+    app.command("compare")(compare_command)
 
 
 @app.callback()

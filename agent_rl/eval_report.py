@@ -55,6 +55,8 @@ class EpisodeResult:
     num_tokens: int
     end_reason: str
     transcript: list[dict[str, str]] = field(default_factory=list)
+    used_tool: bool = False  # at least one well-formed call of a tool other than `answer`
+    answered: bool = False  # the episode ended with the model's final answer (terminated)
     success_threshold: float = SUCCESS_THRESHOLD
     error: str | None = None
 
@@ -90,6 +92,8 @@ class CategoryResult:
     mean_tool_calls: float
     mean_model_tokens: float
     mean_tokens: float
+    tool_use_rate: float = 0.0  # share of episodes that called a tool other than `answer`
+    answer_success_rate: float = 0.0  # share of episodes ending in a correct final answer
 
 
 @dataclass
@@ -122,6 +126,8 @@ class EvalReport:
     settings: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     format_version: int = REPORT_FORMAT_VERSION
+    tool_use_rate: float = 0.0
+    answer_success_rate: float = 0.0
 
     def task_pass_at_1(self) -> dict[str, dict[str, float]]:
         """pass@1 per task, grouped by category: the input of the paired bootstrap."""
@@ -222,6 +228,8 @@ def build_report(
         tasks=tasks,
         settings=dict(settings or {}),
         wall_s=wall_s,
+        tool_use_rate=mean([float(e.used_tool) for e in episodes]),
+        answer_success_rate=mean([float(e.answered and e.success) for e in episodes]),
     )
 
 
@@ -258,6 +266,8 @@ def _category_result(
         mean_tool_calls=mean([episode.num_tool_calls for episode in episodes]),
         mean_model_tokens=mean([episode.num_model_tokens for episode in episodes]),
         mean_tokens=mean([episode.num_tokens for episode in episodes]),
+        tool_use_rate=mean([float(episode.used_tool) for episode in episodes]),
+        answer_success_rate=mean([float(e.answered and e.success) for e in episodes]),
     )
 
 
@@ -478,3 +488,81 @@ def compare(
         label_a=label_a or report_a.model,
         label_b=label_b or report_b.model,
     )
+
+
+@dataclass
+class ModelTable:
+    """Several models evaluated on the same tasks (e.g. base, SFT, RL), one column each, and
+    the bootstrap CI of the last one's macro pass@1 minus the one before it."""
+
+    reports: dict[str, EvalReport]
+    difference: BootstrapInterval
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.reports)
+
+    def rows(self) -> list[list[str]]:
+        reports = list(self.reports.values())
+        categories = sorted({c.category for report in reports for c in report.categories})
+        by_name = [{c.category: c for c in report.categories} for report in reports]
+        rows = [[f"pass@1 {name}", *(_percent(cats[name].pass_at_1) if name in cats else "-"
+                                      for cats in by_name)] for name in categories]
+        rows.append(["macro pass@1", *(_percent(r.macro_pass_at_1) for r in reports)])
+        rows.append(["tool calls per episode", *(f"{r.mean_tool_calls:.2f}" for r in reports)])
+        rows.append(["episodes calling a tool", *(_percent(r.tool_use_rate) for r in reports)])
+        rows.append(["episodes ending in a correct answer call",
+                     *(_percent(r.answer_success_rate) for r in reports)])
+        return rows
+
+    def headers(self) -> list[str]:
+        return ["", *self.names]
+
+    def difference_line(self) -> str:
+        ci, (before, last) = self.difference, self.names[-2:]
+        return (f"{last} - {before}: {_signed_percent(ci.estimate)} points macro pass@1, "
+                f"{ci.confidence:.0%} CI [{_signed_percent(ci.low)}, {_signed_percent(ci.high)}] "
+                f"(paired bootstrap over tasks within categories, {ci.num_resamples} resamples, "
+                f"seed {ci.seed})")
+
+    def table(self) -> Table:
+        table = Table(*self.headers(), caption=self.difference_line())
+        for row in self.rows():
+            table.add_row(*row)
+        return table
+
+    def markdown(self) -> str:
+        return (_markdown_table(self.headers(), self.rows()) + "\n\n" + self.difference_line()
+                + ".\n")
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"models": {name: {...}}, "<last>_minus_<before>": {"points", "ci95"}}`; pass@1 and
+        rates as fractions, the difference in points."""
+        before, last = self.names[-2:]
+        ci = self.difference
+        return {
+            "models": {
+                name: {
+                    "macro_pass@1": report.macro_pass_at_1,
+                    "tool_calls_per_episode": report.mean_tool_calls,
+                    "tool_use_rate": report.tool_use_rate,
+                    "answer_success_rate": report.answer_success_rate,
+                    "pass@1": {c.category: c.pass_at_1 for c in report.categories},
+                    "num_episodes": report.num_episodes,
+                }
+                for name, report in self.reports.items()
+            },
+            f"{last}_minus_{before}": {"points": 100 * ci.estimate,
+                                       "ci95": [100 * ci.low, 100 * ci.high]},
+        }
+
+
+def model_table(reports: dict[str, EvalReport], num_resamples: int = 2000, seed: int = 0
+                ) -> ModelTable:
+    """Raises ValueError for fewer than two reports, or reports of different tasks."""
+    if len(reports) < 2:
+        raise ValueError("a comparison needs at least two reports")
+    *_, before, last = reports.values()
+    difference = paired_macro_difference_ci(last.task_pass_at_1(), before.task_pass_at_1(),
+                                            num_resamples=num_resamples, seed=seed)
+    return ModelTable(reports=dict(reports), difference=difference)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import os
 import time
@@ -31,6 +32,7 @@ from agent_rl.eval_report import (
     build_report,
     compare,
     load_report,
+    model_table,
     report_table,
     write_report,
 )
@@ -159,12 +161,15 @@ def episode_result(
     reports only the latest turn, and this counts malformed attempts too, which is what the
     model spent its turns on.
     """
-    from agent_rl.rollout import END_ENV_ERROR
+    from agent_rl.rollout import END_ENV_ERROR, END_TERMINATED
+    from envs.tool_calls import parse_tool_calls
+    from envs.tools import ANSWER_TOOL_NAME
 
     transcript = transcript_segments(trajectory, tokenizer)
-    num_tool_calls = sum(
-        segment["text"].count(TOOL_CALL_TAG) for segment in transcript if segment["source"] == "model"
-    )
+    model_text = [segment["text"] for segment in transcript if segment["source"] == "model"]
+    num_tool_calls = sum(text.count(TOOL_CALL_TAG) for text in model_text)
+    used_tool = any(call.name != ANSWER_TOOL_NAME
+                    for text in model_text for call in parse_tool_calls(text).valid_calls)
     return EpisodeResult(
         task_id=trajectory.task_id,
         category=trajectory.category or "default",
@@ -176,6 +181,8 @@ def episode_result(
         num_tokens=len(trajectory.token_ids),
         end_reason=trajectory.end_reason,
         transcript=transcript,
+        used_tool=used_tool,
+        answered=trajectory.end_reason == END_TERMINATED,
         success_threshold=success_threshold,
         error=trajectory.info.get("error") if trajectory.end_reason == END_ENV_ERROR else None,
     )
@@ -582,6 +589,36 @@ def eval_command(
         out.mkdir(parents=True, exist_ok=True)
         (out / COMPARE_FILE).write_text(comparison.markdown())
         console.print(f"comparison written to {out / COMPARE_FILE}")
+
+
+def compare_command(
+    named_reports: Annotated[
+        list[str], typer.Argument(help="NAME=EVAL_DIR (or report.json), in order, e.g. base=... "
+                                  "sft=... rl=...; the CI is of the last minus the one before.")
+    ],
+    out: Annotated[Path | None, typer.Option(help="Write compare.md and compare.json here.")] = None,
+    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+) -> None:
+    """Models evaluated on the same tasks, side by side: pass@1 per category, tool use, and the
+    bootstrap CI of the last model's gain over the one before it."""
+    reports = {}
+    for item in named_reports:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise EvalError(f"{item!r} is not NAME=EVAL_DIR (e.g. sft=runs/demo/eval-sft)")
+        reports[name] = load_report(Path(path))
+    try:
+        table = model_table(reports, num_resamples=resamples, seed=seed)
+    except ValueError as error:
+        raise EvalError(str(error)) from error
+    console = Console()
+    console.print(table.table())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / COMPARE_FILE).write_text(table.markdown())
+        (out / "compare.json").write_text(json.dumps(table.to_json(), indent=2) + "\n")
+        console.print(f"written: {out / COMPARE_FILE}, {out / 'compare.json'}")
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from agent_rl.eval_report import (
     build_report,
     compare,
     load_report,
+    model_table,
     report_markdown,
     report_table,
     write_report,
@@ -140,6 +141,32 @@ def test_compare_reports_the_macro_difference_with_a_ci_around_it():
     console = Console(record=True, width=160)
     console.print(comparison.table())
     assert "macro pass@1" in console.export_text()
+
+
+def test_a_model_table_shows_each_model_and_the_last_ones_gain_with_its_ci(tmp_path: Path):
+    """The main job's base / SFT / RL table: pass@1, tool use and the CI of RL - SFT."""
+    from dataclasses import replace
+
+    def model(reward_of: dict[str, float], tool: bool) -> object:
+        return _report([replace(e, reward=reward_of[e.category], used_tool=tool,
+                                answered=tool) for e in _unbalanced_episodes()])
+
+    reports = {"base": model({"arith": 0.0, "logic": 0.0}, tool=False),
+               "sft": model({"arith": 0.0, "logic": 1.0}, tool=True),
+               "rl": model({"arith": 1.0, "logic": 1.0}, tool=True)}
+    table = model_table(reports, num_resamples=300)
+    data = table.to_json()
+    assert data["models"]["base"]["macro_pass@1"] == 0.0
+    assert data["models"]["rl"]["macro_pass@1"] == 1.0
+    assert data["models"]["sft"]["tool_use_rate"] == 1.0
+    assert data["models"]["rl"]["answer_success_rate"] == 1.0
+    assert data["rl_minus_sft"]["points"] == pytest.approx(50.0)
+    assert data["rl_minus_sft"]["ci95"] == pytest.approx([50.0, 50.0])
+    markdown = table.markdown()
+    assert "| macro pass@1 | 0.0% | 50.0% | 100.0% |" in markdown
+    assert "rl - sft: +50.0 points" in markdown
+    with pytest.raises(ValueError, match="at least two"):
+        model_table({"rl": reports["rl"]})
 
 
 def test_compare_refuses_reports_of_different_task_sets():
