@@ -8,7 +8,7 @@ ACCEL := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 STAMP := $(VENV)/.installed-$(ACCEL)
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint clean
+.PHONY: install demo demo-handwritten test lint clean
 
 install: $(STAMP)
 
@@ -57,6 +57,16 @@ $(DEMO)/eval-rl/report.json: $(DEMO)/run/ledger.json
 $(DEMO)/compare.md: $(DEMO)/eval-base/report.json $(DEMO)/eval-sft/report.json $(DEMO)/eval-rl/report.json
 	$(AGENT_RL) compare base=$(DEMO)/eval-base sft=$(DEMO)/eval-sft rl=$(DEMO)/eval-rl --out $(DEMO)
 	@mkdir -p docs/figures && cp $(DEMO)/compare.json docs/figures/demo_compare.json
+
+# The same three models on tasks written by hand, phrased unlike the generator's.
+HAND := --tasks envs/tasks/handwritten/heldout.jsonl --k 1 --max-tokens-per-turn 160 --max-turns 4
+
+demo-handwritten: $(DEMO)/compare.md
+	$(AGENT_RL) eval --model default $(HAND) --out $(DEMO)/hand-base
+	$(AGENT_RL) eval --model $(DEMO)/sft $(HAND) --out $(DEMO)/hand-sft
+	$(AGENT_RL) eval --model $(DEMO)/run $(HAND) --out $(DEMO)/hand-rl
+	$(AGENT_RL) compare base=$(DEMO)/hand-base sft=$(DEMO)/hand-sft rl=$(DEMO)/hand-rl --out $(DEMO)/hand
+	@cp $(DEMO)/hand/compare.json docs/figures/demo_compare_handwritten.json
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)

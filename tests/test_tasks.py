@@ -125,3 +125,18 @@ def test_user_file_without_answers_is_rejected(tmp_path):
     path.write_text('{"prompt": "2+2?"}\n')
     with pytest.raises(TaskFileError, match="no 'answer' column"):
         load_tasks(path=path)
+
+
+def test_the_handwritten_heldout_file_is_apart_from_the_generator(all_tasks):
+    """`envs/tasks/handwritten/heldout.jsonl`: tasks phrased by hand, at least 8 per category of
+    the main job, none of them a generator prompt, every one loadable as a user task file."""
+    path = DATA_DIR.parent / "handwritten" / "heldout.jsonl"
+    tasks = load_tasks(path=path).to_list()
+    counts = {category: sum(t["category"] == category for t in tasks)
+              for category in ("arithmetic", "strings", "lists", "dates")}
+    assert min(counts.values()) >= 8, counts
+    generated = set(all_tasks["train"]["prompt"]) | set(all_tasks["heldout"]["prompt"])
+    assert not {t["prompt"] for t in tasks} & generated
+    verifiers = default_verifiers()
+    for task in tasks:
+        assert as_verdict(verifiers[task["verifier"]](task["answer"], task)).reward == 1.0
