@@ -22,6 +22,8 @@ from rich.table import Table
 from agent_rl.bench_commands import app as bench_app
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from agent_rl.train_config import TrainConfig
 
 console = Console()
@@ -174,8 +176,6 @@ def train_command(
     ] = None,
 ) -> None:
     """Train: rollout actors and the learner on Ray, asynchronous up to max_lag (or sync)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from agent_rl.config import parse_key_values
     from agent_rl.pipeline import train
     from agent_rl.train_config import load_train_config
@@ -194,9 +194,7 @@ def train_command(
     # A shell starts background jobs with SIGINT ignored, and Python then keeps ignoring it; a
     # `kill -INT` must still stop the run cleanly and save its ledger.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    columns = (TextColumn("[bold]update"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.description}"))
-    with Progress(*columns, console=console) as progress:
+    with _step_progress("update") as progress:
         bar = progress.add_task("starting actors", total=config.num_updates)
 
         def on_update(metrics: dict) -> None:
@@ -226,8 +224,6 @@ def sft_command(
     ] = None,
 ) -> None:
     """Supervised cold start: train on demonstrations (the env oracle's, or your JSONL chats)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from agent_rl.config import parse_key_values
     from agent_rl.model_store import resolve_model
     from agent_rl.sft import load_sft_config, run_sft
@@ -235,9 +231,7 @@ def sft_command(
     config = load_sft_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
     resolve_model(config.model, config.dtype)  # a missing model is one line, before any output
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    columns = (TextColumn("[bold]sft step"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("{task.description}"))
-    with Progress(*columns, console=console) as progress:
+    with _step_progress("sft step") as progress:
         bar = progress.add_task("rendering demonstrations, loading the model", total=None)
 
         def on_step(step: int, total: int, metrics: dict) -> None:
@@ -251,6 +245,14 @@ def sft_command(
                   f"{summary.demonstrations}{dropped}  final loss: {summary.final_loss:.3f}")
     console.print(f"model: {summary.model_dir} (agent-rl eval --model {summary.run_dir}; "
                   f"init_from: {summary.run_dir} in a train config)")
+
+
+def _step_progress(unit: str) -> Progress:
+    """A bar of steps done / total, elapsed time and a line of the latest figures."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn(f"[bold]{unit}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.description}"), console=console)
 
 
 def _already_finished(config: TrainConfig) -> bool:

@@ -46,9 +46,7 @@ constexpr vi kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 constexpr int64_t kKeyBlock = 64;  // attention key blocks, aligned to absolute positions
 constexpr int64_t kQueryTile = 16;  // consecutive queries whose rows share key and value loads
 constexpr int64_t kPanel = 64;  // weight columns per packed GEMM panel: 4 vectors
-#if defined(MATCHED_BLOCK_ROWS)
-constexpr int kBlockRows = MATCHED_BLOCK_ROWS;
-#elif defined(__AVX2__) && !defined(__AVX512F__)
+#if defined(__AVX2__) && !defined(__AVX512F__)
 constexpr int kBlockRows = 4;  // GEMM rows per register block: 8 ymm accumulators
 #else
 constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 zmm accumulators
@@ -56,6 +54,9 @@ constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 zmm accumulat
 constexpr int64_t kGemmRows = 48;  // rows of one GEMM task: 8 register blocks
 
 #define MATCHED_INLINE static inline __attribute__((always_inline))
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define MATCHED_AVX2 1  // 16 ymm registers: the kernels below take their __m256 forms
+#endif
 // kernels.cpp_ops builds one level per machine, the best the CPU has or the one
 // AGENT_RL_KERNELS_ISA forces (so the tests can run every level it supports and compare bits) (the file compiled with -march=<level> and
 // MATCHED_ISA_<level> defined): GCC 12's target_clones resolver was seen to pick the baseline
@@ -157,44 +158,7 @@ MATCHED_INLINE vf vexp(vf x) {
 
 MATCHED_INLINE float exp_scalar(float x) { return lane(vexp(splat(x)), 0); }
 
-// acc[r][v] lane j = the chain over i = 0, 1, ..., n - 1 of fmaf(a[r][i], b[i * ldb + 16 v + j],
-// acc), from acc = 0: R rows of a against 64 columns of b, each b vector loaded once for all
-// rows. The GEMM (rows of x against a packed weight panel) and attention scores (query rows
-// against a block's transposed keys) are both this.
-template <int R, class TA, class TB>
-MATCHED_INLINE void outer_products(const TA* const* a, const TB* b, int64_t ldb, int64_t n,
-                                   vf (*acc)[4]) {
-  vf sum[R][4];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) sum[r][v] = vf{};
-  for (int64_t i = 0; i < n; ++i) {
-    const TB* bi = b + i * ldb;
-    vf bv[4];
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) bv[v] = load16(bi + kLanes * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const float ai = static_cast<float>(a[r][i]);  // a scalar operand: one broadcast load
-#pragma GCC unroll 4
-      for (int v = 0; v < 4; ++v) sum[r][v] = fma16(ai, bv[v], sum[r][v]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) acc[r][v] = sum[r][v];
-}
-
-// ---------------------------------------------------------------------------------------------
-// Linear: out[m, n] = x[m, :] . w[n, :], one fused multiply-add per k, in order k = 0, 1, ...
-//
-// The weight is packed once per weight version (`pack_linear_weight`) into panels of kPanel
-// columns, (panels, K, kPanel): the 64 weights one k step needs are one contiguous 256-byte run.
-// A register block holds rows x 64 outputs; each k step broadcasts one x value per row and
-// multiply-adds it into 4 vectors of outputs. There is no cross-lane reduction: every output is
-// a chain of fmaf(x[m, k], w[n, k], acc) from acc = 0, whatever the block it sits in.
-
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#if defined(MATCHED_AVX2)
 // AVX2 has 16 vector registers of 8 lanes: the 16-lane `vf` code above spills there. This is
 // the same computation (each output a chain of fused multiply-adds over k = 0, 1, ... from 0,
 // so the same bits) on __m256 registers: R rows x 16 columns, 2R accumulators.
@@ -225,6 +189,57 @@ MATCHED_INLINE void outer_products_16(const TA* const* a, const TB* b, int64_t l
   }
 }
 
+
+// The same outer products on AVX2, 16 columns at a time.
+template <int R, class TA, class TB>
+MATCHED_INLINE void outer_products(const TA* const* a, const TB* b, int64_t ldb, int64_t n,
+                                   vf (*acc)[4]) {
+  for (int v = 0; v < 4; ++v) {
+    float part[R][16];
+    outer_products_16<R>(a, b + kLanes * v, ldb, n, part);
+    for (int r = 0; r < R; ++r) std::memcpy(&acc[r][v], part[r], sizeof(vf));
+  }
+}
+#else
+// acc[r][v] lane j = the chain over i = 0, 1, ..., n - 1 of fmaf(a[r][i], b[i * ldb + 16 v + j],
+// acc), from acc = 0: R rows of a against 64 columns of b, each b vector loaded once for all
+// rows. The GEMM (rows of x against a packed weight panel) and attention scores (query rows
+// against a block's transposed keys) are both this.
+template <int R, class TA, class TB>
+MATCHED_INLINE void outer_products(const TA* const* a, const TB* b, int64_t ldb, int64_t n,
+                                   vf (*acc)[4]) {
+  vf sum[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) sum[r][v] = vf{};
+  for (int64_t i = 0; i < n; ++i) {
+    const TB* bi = b + i * ldb;
+    vf bv[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) bv[v] = load16(bi + kLanes * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float ai = static_cast<float>(a[r][i]);  // a scalar operand: one broadcast load
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) sum[r][v] = fma16(ai, bv[v], sum[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) acc[r][v] = sum[r][v];
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Linear: out[m, n] = x[m, :] . w[n, :], one fused multiply-add per k, in order k = 0, 1, ...
+//
+// The weight is packed once per weight version (`pack_linear_weight`) into panels of kPanel
+// columns, (panels, K, kPanel): the 64 weights one k step needs are one contiguous 256-byte run.
+// A register block holds rows x 64 outputs; each k step broadcasts one x value per row and
+// multiply-adds it into 4 vectors of outputs. There is no cross-lane reduction: every output is
+// a chain of fmaf(x[m, k], w[n, k], acc) from acc = 0, whatever the block it sits in.
+
+#if defined(MATCHED_AVX2)
 template <int R, class TX, class TW, class TO>
 MATCHED_INLINE void linear_block(const TX* x, const TW* panel, TO* out, int64_t N, int64_t K,
                                  int64_t cols) {
