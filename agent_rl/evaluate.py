@@ -394,9 +394,13 @@ async def _start_actor(
     from agent_rl.engine import EngineConfig
     from agent_rl.rollout import RolloutActor, RolloutConfig
 
+    engine_dir = _engine_model_dir(resolved.model_dir)
     engine_config = EngineConfig(
-        model=str(_engine_model_dir(resolved.model_dir)),
+        model=str(engine_dir),
         max_model_len=max_model_len or context_budget,
+        # Bit-exact with the matched model: each turn then prefills only what the env added,
+        # and every episode shares the system prompt's KV.
+        enable_prefix_caching=engine_dir != resolved.model_dir,
         kv_cache_gib=kv_cache_gib,
         seed=seed or 0,
     )
