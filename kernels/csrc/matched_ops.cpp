@@ -46,7 +46,8 @@ constexpr vi kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 constexpr int64_t kKeyBlock = 64;  // attention key blocks, aligned to absolute positions
 constexpr int64_t kQueryTile = 16;  // consecutive queries whose rows share key and value loads
 constexpr int64_t kPanel = 64;  // weight columns per packed GEMM panel: 4 vectors
-#if defined(__AVX2__) && !defined(__AVX512F__)
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define MATCHED_AVX2 1  // 16 ymm registers: the kernels below take their __m256 forms
 constexpr int kBlockRows = 4;  // GEMM rows per register block: 8 ymm accumulators
 #else
 constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 zmm accumulators
@@ -54,14 +55,11 @@ constexpr int kBlockRows = 6;  // GEMM rows per register block: 24 zmm accumulat
 constexpr int64_t kGemmRows = 48;  // rows of one GEMM task: 8 register blocks
 
 #define MATCHED_INLINE static inline __attribute__((always_inline))
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-#define MATCHED_AVX2 1  // 16 ymm registers: the kernels below take their __m256 forms
-#endif
-// kernels.cpp_ops builds one level per machine, the best the CPU has or the one
-// AGENT_RL_KERNELS_ISA forces (so the tests can run every level it supports and compare bits) (the file compiled with -march=<level> and
-// MATCHED_ISA_<level> defined): GCC 12's target_clones resolver was seen to pick the baseline
-// clone on an AMD EPYC that supports x86-64-v3, and per-function targets leave the vector
-// intrinsics below unusable. Without a level the file still builds as clones.
+// kernels.cpp_ops compiles this file for one level per machine (-march=<level>, with
+// MATCHED_ISA_<level> defined): the best the CPU has, or the one AGENT_RL_KERNELS_ISA forces so
+// the tests can compare every level's bits. GCC 12's target_clones resolver was seen to pick the
+// baseline clone on an AMD EPYC with x86-64-v3, and per-function targets leave the intrinsics
+// below unusable. Without a level the file still builds as clones.
 #if defined(MATCHED_ISA_X86_64) || defined(MATCHED_ISA_X86_64_V3) || defined(MATCHED_ISA_X86_64_V4)
 #define MATCHED_CLONES
 #else
@@ -188,7 +186,6 @@ MATCHED_INLINE void outer_products_16(const TA* const* a, const TB* b, int64_t l
     _mm256_storeu_ps(out[r] + 8, sum[r][1]);
   }
 }
-
 
 // The same outer products on AVX2, 16 columns at a time.
 template <int R, class TA, class TB>
