@@ -14,15 +14,13 @@ import json
 import logging
 import random
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from agent_rl.ledger import Ledger
-from agent_rl.trajectory import Group, Trajectory
+from agent_rl.orchestrate.run_state import RunState
 
 logger = logging.getLogger(__name__)
 
@@ -32,33 +30,6 @@ PREFIX = "update_"
 
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (a full disk, no permission); the previous one is kept."""
-
-
-@dataclass
-class RunState:
-    """Everything besides the learner that a resumed run needs."""
-
-    next_task_index: int = 0
-    in_flight_task_indices: list[int] = field(default_factory=list)
-    queued_groups: list[Group] = field(default_factory=list)
-    ledger: Ledger = field(default_factory=Ledger)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "next_task_index": self.next_task_index,
-            "in_flight_task_indices": sorted(self.in_flight_task_indices),
-            "queued_groups": [_group_to_dict(group) for group in self.queued_groups],
-            "ledger": self.ledger.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunState:
-        return cls(
-            next_task_index=data["next_task_index"],
-            in_flight_task_indices=list(data["in_flight_task_indices"]),
-            queued_groups=[_group_from_dict(group) for group in data["queued_groups"]],
-            ledger=Ledger.from_dict(data["ledger"]),
-        )
 
 
 def save_checkpoint(
@@ -139,18 +110,3 @@ def _restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
 
-
-def _group_to_dict(group: Group) -> dict[str, Any]:
-    return {
-        "group_id": group.group_id,
-        "task_id": group.task_id,
-        "trajectories": [trajectory.to_dict() for trajectory in group.trajectories],
-    }
-
-
-def _group_from_dict(data: dict[str, Any]) -> Group:
-    return Group(
-        group_id=data["group_id"],
-        task_id=data["task_id"],
-        trajectories=[Trajectory.from_dict(t) for t in data["trajectories"]],
-    )

@@ -55,10 +55,10 @@ USER_ERRORS = frozenset({
     "agent_rl.chat_tokens.ChatTemplateError",
     "agent_rl.evaluate.EvalError",
     "agent_rl.eval_report.ReportFormatError",
-    "agent_rl.pipeline.PipelineError",
+    "agent_rl.orchestrate.actor_pool.PipelineError",
     "agent_rl.ledger.LedgerError",
     "agent_rl.checkpoint.CheckpointWriteError",
-    "agent_rl.pipeline.RayUnreachableError",
+    "agent_rl.orchestrate.ray_session.RayUnreachableError",
     "agent_rl.faults.LearnerKilled",
     "agent_rl.hf_export.InitFromError",
     "agent_rl.demonstrations.DemonstrationError",
@@ -177,7 +177,7 @@ def train_command(
 ) -> None:
     """Train: rollout actors and the learner on Ray, asynchronous up to max_lag (or sync)."""
     from agent_rl.config import parse_key_values
-    from agent_rl.pipeline import train
+    from agent_rl.orchestrate.pipeline import train
     from agent_rl.train_config import load_train_config
 
     config = load_train_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
@@ -185,7 +185,7 @@ def train_command(
         config = config.model_copy(update={"show_worker_logs": True})
     if _already_finished(config):
         return
-    from agent_rl.pipeline import resolve_run_model
+    from agent_rl.orchestrate.launch import resolve_run_model
 
     resolve_run_model(config)  # a missing model is one line, before any output
     if not config.show_worker_logs:

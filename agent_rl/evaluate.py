@@ -161,7 +161,7 @@ def episode_result(
     reports only the latest turn, and this counts malformed attempts too, which is what the
     model spent its turns on.
     """
-    from agent_rl.rollout import END_ENV_ERROR, END_TERMINATED
+    from agent_rl.trajectory import END_ENV_ERROR, END_TERMINATED
     from envs.tool_calls import parse_tool_calls
     from envs.tools import ANSWER_TOOL_NAME
 

@@ -80,6 +80,12 @@ class InjectedEnvFault(RuntimeError):
     """Injected: an environment's `step` raised."""
 
 
+def is_injected_error(info: dict[str, Any]) -> bool:
+    """Whether an episode ended by an injected env fault (its info's `error_type`, which the
+    rollout records) rather than a real one."""
+    return info.get("error_type") == f"{InjectedEnvFault.__module__}.{InjectedEnvFault.__qualname__}"
+
+
 class FaultConfig(StrictModel):
     """Which faults a run injects, and when. Everything is off by default."""
 
@@ -186,7 +192,7 @@ class FaultInjector:
             self.injected[fault["kind"]] += 1
             if fault["reply"].strip():
                 self.recovered[fault["kind"]] += 1
-        if InjectedEnvFault.__name__ in str(info.get("error", "")):
+        if is_injected_error(info):
             # The raising step never returned its info: the error text is the only trace.
             self.injected[ENV_RAISE] += 1
             self.recovered[ENV_RAISE] += 1

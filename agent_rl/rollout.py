@@ -6,17 +6,9 @@ template would write them, and repeat until the episode ends or the context budg
 The sampled ids, their behavior logprobs and the weight version that sampled each of them come
 straight from the engine; nothing is re-tokenized.
 
-Lag rule (`max_lag`). A token sampled by weights of version p and trained in the learner update
-that starts from version L has lag L - p. Versions only grow during an episode, so the oldest
-token of a group has the version the actor had when the group started. Two checks together keep
-every trained token within `max_lag`:
-1. here: a group starts only while `learner_version - policy_version <= max_lag`, where
-   `learner_version` is the newest version the learner has told this actor about
-   (`set_learner_version`, or the version of the latest `update_weights`); otherwise
-   `generate_group` waits for fresher weights;
-2. in the learner: a group is used in the update from version L only if
-   `group_lag(group, L) <= max_lag`, i.e. `L - group.oldest_version <= max_lag`; older groups are
-   dropped and counted. The first check keeps such drops rare; the second makes the bound exact.
+Lag. Versions only grow during an episode, so a group's oldest token has the version the actor
+had when the group started. Which groups may start, and which are too old to train on, is the
+scheduler's decision (`agent_rl.orchestrate.scheduler`); the actor samples what it is given.
 """
 
 from __future__ import annotations
@@ -37,15 +29,17 @@ from pydantic import Field
 from agent_rl.chat_tokens import ChatTokens, EpisodeTokens, Message
 from agent_rl.config import StrictModel
 from agent_rl.engine import EngineConfig, build_engine, engine_config_metadata
-from agent_rl.trajectory import Group, Trajectory
+from agent_rl.trajectory import (
+    END_CONTEXT_BUDGET,
+    END_ENV_ERROR,
+    END_TERMINATED,
+    END_TRUNCATED,
+    Group,
+    Trajectory,
+)
 from agent_rl.weight_sync import WeightUpdateTiming, WeightVersionError, update_engine_weights
 
 logger = logging.getLogger(__name__)
-
-END_TERMINATED = "terminated"
-END_TRUNCATED = "truncated"
-END_CONTEXT_BUDGET = "context_budget"
-END_ENV_ERROR = "env_error"
 
 EnvFactory = Callable[[], Any]
 
@@ -69,7 +63,6 @@ class RolloutConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
     top_k: int = Field(0, ge=0, description="keep the k likeliest tokens; 0 keeps all")
     seed: int | None = Field(None, description="base of per-episode seeds; None: unseeded")
-    max_lag: int = Field(64, ge=0, description="newest learner version minus policy version")
     env_id: str = Field("agent_rl/PythonTool-v0", description="gymnasium id of the environment")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="gymnasium.make kwargs")
     env_threads: int = Field(32, gt=0, description="threads running env.reset/env.step calls")
@@ -117,8 +110,6 @@ class RolloutActor:
         self.name = name
         self._env_factory = env_factory or self._make_gymnasium_env
         self._policy_version = initial_version
-        self._learner_version = initial_version
-        self._version_moved = asyncio.Event()
         self._update_lock = asyncio.Lock()
         self._group_serial = itertools.count()
         self._env_pool = ThreadPoolExecutor(self.config.env_threads, thread_name_prefix="env")
@@ -170,25 +161,15 @@ class RolloutActor:
         """The version of the weights the engine samples with now (for Ray callers)."""
         return self._policy_version
 
-    async def set_learner_version(self, version: int) -> None:
-        """Tell the actor the learner's newest version; it gates new groups (see module doc)."""
-        self._learner_version = max(self._learner_version, version)
-        self._version_moved.set()
-
-    def may_start_group(self) -> bool:
-        """Whether a new group may start now under the lag rule."""
-        return self._learner_version - self._policy_version <= self.config.max_lag
-
     async def update_weights(
         self,
         version: int,
         weights: dict[str, torch.Tensor] | str | Path,
-        learner_version: int | None = None,
     ) -> WeightUpdateTiming:
         """Load new weights while episodes run; tokens sampled afterwards carry `version`.
 
         `weights` is a CPU state dict under HF names (through Ray: pass the ObjectRef from
-        `weight_sync.publish_weights` as the argument and Ray hands the actor the dict), or a
+        `ray.put` as the argument and Ray hands the actor the dict), or a
         checkpoint folder.
         """
         await self.start()
@@ -200,25 +181,23 @@ class RolloutActor:
                 )
             timing = await update_engine_weights(self._engine, version, weights)
             self._policy_version = version
-            self._learner_version = max(self._learner_version, version, learner_version or 0)
-            self._version_moved.set()
         return timing
 
     async def generate_group(
         self, task: dict[str, Any] | None, group_size: int | None = None,
-        group_seed: int | None = None,
+        group_seed: int | None = None, group_id: str | None = None,
     ) -> Group:
-        """Sample `group_size` episodes of one task concurrently; waits while the lag rule says so.
+        """Sample `group_size` episodes of one task concurrently.
 
         `group_seed` names the group's random stream (with a seeded config): the trainer passes
         the task position, so a resumed run, whose actors count groups from 0 again, samples a
         position exactly as the unbroken run did. Default: this actor's group counter.
+        `group_id` is the name the caller's ledger knows the group by; default: a fresh one.
         """
         await self.start()
-        await self._wait_until_lag_allows()
         size = group_size or self.config.group_size
         serial = next(self._group_serial)
-        group_id = f"{self.name}-g{serial}-{uuid.uuid4().hex[:6]}"
+        group_id = group_id or f"{self.name}-g{serial}-{uuid.uuid4().hex[:6]}"
         stream = serial if group_seed is None else group_seed
         episodes = [
             self._run_episode(task, group_id, self._episode_seed(stream, index))
@@ -227,12 +206,6 @@ class RolloutActor:
         trajectories = list(await asyncio.gather(*episodes))
         task_id = trajectories[0].task_id if trajectories else _task_id(task)
         return Group(group_id=group_id, task_id=task_id, trajectories=trajectories)
-
-    async def generate_groups(
-        self, tasks: Sequence[dict[str, Any] | None], group_size: int | None = None
-    ) -> list[Group]:
-        """Sample one group per task, all at once, in task order."""
-        return list(await asyncio.gather(*(self.generate_group(t, group_size) for t in tasks)))
 
     async def sample(
         self,
@@ -306,18 +279,6 @@ class RolloutActor:
             self._engine = None
         self._env_pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _wait_until_lag_allows(self) -> None:
-        while not self.may_start_group():
-            logger.info(
-                "holding new groups: policy v%d is %d behind learner v%d (max_lag %d)",
-                self._policy_version,
-                self._learner_version - self._policy_version,
-                self._learner_version,
-                self.config.max_lag,
-            )
-            self._version_moved.clear()
-            await self._version_moved.wait()
-
     async def _run_episode(
         self, task: dict[str, Any] | None, group_id: str, seed: int | None
     ) -> Trajectory:
@@ -333,6 +294,8 @@ class RolloutActor:
             logger.warning("episode of task %s ended by env error: %s", episode.task_id, error)
             episode.end_reason = END_ENV_ERROR
             episode.info["error"] = str(error)
+            cause = type(error.__cause__ or error)
+            episode.info["error_type"] = f"{cause.__module__}.{cause.__qualname__}"
         finally:
             if env is not None:
                 await self._close_env(env)
@@ -488,12 +451,6 @@ class _EpisodeRecord:
         )
 
 
-def group_lag(group: Group, learner_version: int) -> int:
-    """The largest lag any sampled token of `group` would have in the update from this version."""
-    oldest = group.oldest_version
-    return 0 if oldest < 0 else learner_version - oldest
-
-
 def make_rollout_actor(
     engine_config: EngineConfig,
     rollout_config: RolloutConfig | None = None,
@@ -510,7 +467,7 @@ def make_rollout_actor(
     core in a child process either way; "1" adds a core-bound worker process and decoded 2x
     faster than "0" on the CPU (see `engine.build_engine`). `max_restarts`: how often Ray
     restarts the actor after it dies; a restarted actor starts from `initial_version` again,
-    so its owner must load the current weights into it (see `agent_rl.pipeline`).
+    so its owner must load the current weights into it (see `agent_rl.orchestrate.actor_pool`).
     """
     import ray
 

@@ -150,11 +150,12 @@ def run_sft(
     on_step: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> SFTSummary:
     """Build (or reuse) the demonstrations, train, and export the final weights."""
-    from agent_rl.checkpoint import RunState, latest_checkpoint, load_checkpoint, save_checkpoint
+    from agent_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from agent_rl.hf_export import EXPORT_DIR, export_hf_checkpoint
     from agent_rl.learner import Learner, LearnerSettings, learner_device
     from agent_rl.metrics import MetricsWriter
     from agent_rl.model_store import resolve_model
+    from agent_rl.orchestrate.run_state import RunState
 
     model_dir = resolve_model(config.model, config.dtype)
     learner_device(config.learner_device)

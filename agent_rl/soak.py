@@ -70,7 +70,7 @@ def run(
     out_dir: str | Path = Path("runs/soak"),
 ) -> dict[str, Any]:
     """Soak the pipeline for `minutes` with a random fault every `fault_every_s` seconds."""
-    from agent_rl.pipeline import train
+    from agent_rl.orchestrate.pipeline import train
 
     run_dir = Path(out_dir) / time.strftime("soak-%Y%m%d-%H%M%S")
     deadline = time.monotonic() + 60.0 * minutes

@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# How an episode ended (`Trajectory.end_reason`).
+END_TERMINATED = "terminated"
+END_TRUNCATED = "truncated"
+END_CONTEXT_BUDGET = "context_budget"
+END_ENV_ERROR = "env_error"  # the env or a tool raised: the episode has no verdict
+
 
 @dataclass
 class Trajectory:
@@ -77,3 +83,30 @@ class Group:
     def oldest_version(self) -> int:
         versions = [t.oldest_version for t in self.trajectories if t.oldest_version >= 0]
         return min(versions) if versions else -1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "group_id": self.group_id,
+            "task_id": self.task_id,
+            "trajectories": [trajectory.to_dict() for trajectory in self.trajectories],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Group:
+        return cls(
+            group_id=data["group_id"],
+            task_id=data["task_id"],
+            trajectories=[Trajectory.from_dict(t) for t in data["trajectories"]],
+        )
+
+
+def exceeds_max_lag(sampled_version: int, trained_version: int, max_lag: int) -> bool:
+    """The lag rule, the one place it is written: a token sampled by weights `sampled_version`
+    may not be trained in the update from `trained_version` when the gap exceeds `max_lag`."""
+    return trained_version - sampled_version > max_lag
+
+
+def group_lag(group: Group, learner_version: int) -> int:
+    """The largest lag any sampled token of `group` would have in the update from this version."""
+    oldest = group.oldest_version
+    return 0 if oldest < 0 else learner_version - oldest

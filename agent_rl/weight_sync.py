@@ -48,13 +48,6 @@ def cpu_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()}
 
 
-def publish_weights(state_dict: Mapping[str, torch.Tensor]) -> Any:
-    """Put a state dict into Ray's object store once; every actor then gets the same copy."""
-    import ray
-
-    return ray.put(dict(state_dict))
-
-
 def scratch_dir() -> Path:
     """A fresh directory on tmpfs when there is one, so weight files never touch the disk."""
     shm = Path("/dev/shm")

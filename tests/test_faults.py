@@ -42,7 +42,8 @@ from agent_rl.faults import (
     InjectedEnvFault,
 )
 from agent_rl.ledger import read_ledger
-from agent_rl.pipeline import RayUnreachableError, check_ray_address, train
+from agent_rl.orchestrate.pipeline import train
+from agent_rl.orchestrate.ray_session import RayUnreachableError, check_ray_address
 from agent_rl.train_config import TrainConfig, load_train_config
 
 SANDBOX_TIMEOUT_S = 1.0

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from agent_rl.advantages import group_advantages
-from agent_rl.checkpoint import RunState, load_checkpoint, save_checkpoint
+from agent_rl.checkpoint import load_checkpoint, save_checkpoint
 from agent_rl.learner import Learner, LearnerError, LearnerSettings
 from agent_rl.ledger import Ledger
+from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import Group, Trajectory
 
 # prompt (fed), a model turn, a tool result (fed), a second model turn

@@ -17,7 +17,7 @@ import torch
 from agent_rl.checkpoint import latest_checkpoint
 from agent_rl.faults import FaultConfig, LearnerKilled
 from agent_rl.ledger import read_ledger
-from agent_rl.pipeline import train
+from agent_rl.orchestrate.pipeline import train
 from agent_rl.train_config import TrainConfig
 
 NUM_UPDATES = 4

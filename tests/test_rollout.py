@@ -22,15 +22,14 @@ from transformers import AutoTokenizer
 
 from agent_rl.chat_tokens import ChatTokens
 from agent_rl.engine import EngineConfig
-from agent_rl.rollout import RolloutActor, RolloutConfig, group_lag
-from agent_rl.trajectory import Trajectory
+from agent_rl.rollout import RolloutActor, RolloutConfig
+from agent_rl.trajectory import Trajectory, group_lag
 from agent_rl.weight_sync import WeightVersionError
 
 pytestmark = pytest.mark.slow
 
 T = TypeVar("T")
 MAX_MODEL_LEN = 16384  # the context the mission asks for; the tiny model's KV is 1 KB a token
-MAX_LAG = 2
 
 
 class Session:
@@ -43,7 +42,7 @@ class Session:
         self.actor = RolloutActor(
             EngineConfig(model=str(model_dir), max_model_len=MAX_MODEL_LEN, kv_cache_gib=1.0),
             RolloutConfig(
-                max_tokens_per_turn=24, seed=1234, context_budget=MAX_MODEL_LEN, max_lag=MAX_LAG
+                max_tokens_per_turn=24, seed=1234, context_budget=MAX_MODEL_LEN
             ),
             env_factory=lambda: CounterToolEnv(self.envs),
         )
@@ -213,21 +212,11 @@ def test_weight_versions_must_grow(session: Session) -> None:
         session.run(session.actor.update_weights(session.actor.policy_version, {}))
 
 
-def test_lag_rule_holds_new_groups_until_fresher_weights_arrive(session: Session) -> None:
+def test_group_carries_the_callers_id_and_its_sampling_version(session: Session) -> None:
     actor = session.actor
-    base_weights = load_file(str(session.model_dir / "model.safetensors"))
-    session.run(actor.set_learner_version(actor.policy_version + MAX_LAG + 1))
-    assert not actor.may_start_group()
-
-    async def scenario() -> tuple[bool, Any]:
-        pending = asyncio.ensure_future(actor.generate_group({"task_id": "lag", "turns": 1}, 1))
-        await asyncio.sleep(1.0)
-        held = not pending.done()
-        await actor.update_weights(actor.policy_version + 1, base_weights)
-        return held, await pending
-
-    held, group = session.run(scenario())
-    assert held
-    assert actor.may_start_group()
+    group = session.run(actor.generate_group({"task_id": "lag", "turns": 1}, 1,
+                                             group_id="group-00000042"))
+    assert group.group_id == "group-00000042"
+    assert all(t.group_id == "group-00000042" for t in group.trajectories)
     assert group_lag(group, actor.policy_version) == 0
     assert group_lag(group, actor.policy_version + 5) == 5

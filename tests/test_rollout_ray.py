@@ -15,7 +15,6 @@ from safetensors.torch import load_file
 
 from agent_rl.engine import EngineConfig
 from agent_rl.rollout import RolloutConfig, make_rollout_actor
-from agent_rl.weight_sync import publish_weights
 
 ray = pytest.importorskip("ray")
 
@@ -47,7 +46,7 @@ def test_ray_actor_samples_groups_and_takes_weights_from_the_object_store(
     assert [t.end_reason for t in group.trajectories] == ["terminated", "terminated"]
     assert all(set(t.policy_versions) == {-1, 0} for t in group.trajectories)
 
-    weights_ref = publish_weights(load_file(str(tiny_model / "model.safetensors")))
+    weights_ref = ray.put(load_file(str(tiny_model / "model.safetensors")))
     started = time.perf_counter()
     timing = ray.get(actor.update_weights.remote(1, weights_ref), timeout=120)
     print(f"weight update through Ray: {time.perf_counter() - started:.3f}s ({timing})")

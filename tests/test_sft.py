@@ -156,7 +156,7 @@ def test_sft_run_writes_a_checkpoint_that_eval_and_init_from_load(tiny_model, tm
     again = run_sft(config)  # a finished run is not trained twice
     assert again.steps == 2 and again.model_dir == folder
 
-    from agent_rl.pipeline import resolve_run_model
+    from agent_rl.orchestrate.launch import resolve_run_model
     from agent_rl.train_config import TrainConfig
     train = TrainConfig(model=str(tiny_model), init_from=tmp_path / "sft")
     assert resolve_run_model(train) == folder

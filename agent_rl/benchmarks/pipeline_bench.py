@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agent_rl.pipeline import RunSummary, train
+from agent_rl.orchestrate.pipeline import RunSummary, train
 from agent_rl.train_config import load_train_config
 
 

@@ -1,0 +1,361 @@
+"""The training run: rollout actors on Ray and one learner, working at the same time.
+
+`train(config)` is the entry point `agent-rl train CONFIG` calls. Three parts, one job each:
+- the `Scheduler` decides: which actor may start a group, what the loop waits for, which groups
+  form the next update and which are dropped (the lag rule and the ledger live there);
+- the `ActorPool` does: it submits groups to the Ray actors, broadcasts weights, restarts dead
+  actors and reports what finished as events;
+- the `Learner` trains: one optimizer update per batch.
+The loop below feeds the pool's events to the scheduler and the scheduler's batches to the
+learner. With `max_lag = 0` the same loop is synchronous RL (`mode: sync`): generate a batch,
+wait for it, train, wait for every actor to load the new weights, repeat.
+
+Faults are hooks (`agent_rl.orchestrate.hooks`): the injected ones of `agent_rl.faults` join
+through `DriverFaults` at the hook points, not as branches in the loop. Whatever ends the run
+(the end, an error, Ctrl-C), `ledger.json` in the run dir says what happened to every group.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agent_rl.config import dump_config
+from agent_rl.faults import FaultInjector, is_injected_error
+from agent_rl.learner import Learner, group_metrics
+from agent_rl.ledger import save_ledger
+from agent_rl.metrics import MetricsWriter
+from agent_rl.orchestrate.actor_pool import (
+    ActorDied,
+    ActorPool,
+    Event,
+    GroupDone,
+    GroupFailed,
+    PipelineError,
+    WeightsLoaded,
+)
+from agent_rl.orchestrate.fault_hooks import DriverFaults
+from agent_rl.orchestrate.hooks import Hooks
+from agent_rl.orchestrate.launch import (
+    check_env_kwargs,
+    learner_settings,
+    resolve_run_model,
+    rollout_model_dir,
+    start_rollout_actors,
+)
+from agent_rl.orchestrate.ray_session import (
+    WORKER_LOGS,
+    descendant_processes,
+    init_ray,
+    stop_ray,
+)
+from agent_rl.orchestrate.run_state import RunState
+from agent_rl.orchestrate.scheduler import Scheduler, SchedulerLimits
+from agent_rl.orchestrate.tasks import TaskStream, load_task_rows
+from agent_rl.train_config import TrainConfig
+from agent_rl.trajectory import END_ENV_ERROR, Group
+
+logger = logging.getLogger(__name__)
+
+OnUpdate = Callable[[dict[str, Any]], None]
+OnStatus = Callable[[str], None]
+
+
+@dataclass
+class RunSummary:
+    """What a finished run reports to the CLI and the benchmark."""
+
+    run_dir: Path
+    mode: str
+    updates: int
+    wall_s: float
+    train_wall_s: float  # from the first submitted group to the last update (no start-up)
+    updates_per_hour: float
+    ledger: dict[str, Any]
+    lag_max: int
+    final_metrics: dict[str, Any]
+    resumed_from: int | None = None
+    plots: list[Path] = field(default_factory=list)
+    faults: dict[str, Any] = field(default_factory=dict)
+
+
+def train(config: TrainConfig, on_update: OnUpdate | None = None,
+          on_status: OnStatus | None = None) -> RunSummary:
+    """Run RL training as `config` says; `on_update(metrics)` is called after every update and
+    `on_status(text)` while a slow start-up waits."""
+    return Pipeline(config, on_update, on_status).run()
+
+
+class Pipeline:
+    """One run's parts; `run()` drives them until `num_updates` updates are done."""
+
+    def __init__(self, config: TrainConfig, on_update: OnUpdate | None = None,
+                 on_status: OnStatus | None = None) -> None:
+        self.config = config
+        self.on_update = on_update
+        self.on_status = on_status
+        self.run_dir = Path(config.out_dir)
+        # Everything a user can get wrong is checked before the run folder or Ray exists.
+        model_dir = resolve_run_model(config)
+        check_env_kwargs(config)
+        self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(config, self.run_dir / "config.yaml")
+
+        self.faults = FaultInjector(config.faults)
+        self.hooks = Hooks([DriverFaults(self.faults, self.run_dir)])
+        self.started_ray = init_ray(config)
+        self.pool: ActorPool | None = None
+        try:
+            self._start(model_dir)
+        except BaseException:
+            # Ctrl-C or a failure while engines start: nothing may outlive the command.
+            self._shutdown(grace_s=5)
+            raise
+
+    def _start(self, model_dir: Path) -> None:
+        """Start the actors and the learner, resume from the latest checkpoint, sync weights."""
+        import ray
+
+        config = self.config
+        actors = start_rollout_actors(config, rollout_model_dir(config, model_dir, self.run_dir))
+        self.pool = ActorPool(ray, actors, config.max_actor_restarts, self.hooks,
+                              config.stall_timeout_s)
+        if config.learner_threads:
+            import torch
+
+            torch.set_num_threads(config.learner_threads)
+        self.learner = Learner(learner_settings(config, model_dir))
+        state, self.resumed_from = RunState(), None
+        checkpoint = latest_checkpoint(self.run_dir) if config.resume else None
+        if checkpoint is not None:
+            learner_state, state = load_checkpoint(checkpoint)
+            self.learner.load_state_dict(learner_state)
+            self.resumed_from = self.learner.version
+            logger.info("resumed from %s at version %d", checkpoint, self.learner.version)
+        self.pool.start(self._status, self.run_dir / WORKER_LOGS)
+        limits = SchedulerLimits(
+            groups_per_update=config.groups_per_update,
+            max_lag=config.effective_max_lag,
+            num_updates=config.num_updates,
+            groups_in_flight_per_actor=config.groups_in_flight_per_actor,
+            num_actors=len(self.pool.actors),
+            dynamic_sampling=config.dynamic_sampling,
+        )
+        self.scheduler = Scheduler(limits, state, self.learner.version, self.hooks)
+        self.metrics = MetricsWriter(self.run_dir)
+        if self.resumed_from is not None and (dropped := self.metrics.keep_through(
+                self.resumed_from)):
+            logger.info("dropped %d metrics records after update %d: they are trained again",
+                        dropped, self.resumed_from)
+        self.status = "running"
+        self.rollout_errors = 0
+        self.weight_load_s: list[float] = []
+        self.last_metrics: dict[str, Any] = {}
+        if self.learner.version > 0:
+            self.pool.broadcast(self.learner.version, self.learner.rollout_state_dict())
+            self._handle(self.pool.wait_for_weights(self.learner.version))
+
+    def _status(self, text: str) -> None:
+        logger.info(text)
+        if self.on_status is not None:
+            self.on_status(text)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        start = time.perf_counter()
+        updates_at_start = self.learner.version
+        scheduler, pool = self.scheduler, self.pool
+        assert pool is not None
+        try:
+            while self.learner.version < self.config.num_updates and not self._out_of_time(start):
+                pool.send_due_broadcast()
+                for actor in range(len(pool.actors)):
+                    while scheduler.may_submit(actor):
+                        work = scheduler.submit(actor)
+                        pool.submit(work, self.tasks[work.task_index], self.config.group_size)
+                self.hooks.tick(scheduler, pool)
+                batch = scheduler.take_batch()
+                if batch is not None:
+                    self._update(batch)
+                    self.hooks.after_update(self.learner.version)
+                else:
+                    wait_for = scheduler.must_wait_for()
+                    self._handle(pool.wait(None if wait_for is None
+                                           else {work.ticket for work in wait_for}))
+            train_wall = time.perf_counter() - start
+            self._finish()
+        except BaseException as error:
+            # Ctrl-C and crashes too: leave an account of every group before going down.
+            self.status = f"interrupted: {type(error).__name__}: {error}"
+            self._save_ledger()
+            raise
+        finally:
+            self.metrics.close()
+            self._shutdown()
+        done = self.learner.version - updates_at_start
+        return RunSummary(
+            run_dir=self.run_dir,
+            mode=self.config.mode,
+            updates=self.learner.version,
+            wall_s=time.perf_counter() - start,
+            train_wall_s=train_wall,
+            updates_per_hour=3600.0 * done / train_wall if train_wall > 0 else 0.0,
+            ledger=scheduler.ledger.counts(),
+            lag_max=scheduler.lag_max,
+            final_metrics=self.last_metrics,
+            resumed_from=self.resumed_from,
+            plots=_plot_quietly(self.run_dir),
+            faults=self.fault_report(),
+        )
+
+    def _out_of_time(self, start: float) -> bool:
+        limit = self.config.max_wall_s
+        return limit is not None and time.perf_counter() - start > limit
+
+    def _handle(self, events: list[Event]) -> None:
+        """Tell the scheduler what the actors did."""
+        for event in events:
+            if isinstance(event, GroupDone):
+                for trajectory in event.group.trajectories:
+                    self.hooks.episode_finished(trajectory.info)
+                if self.scheduler.finished(event.ticket, event.group) == END_ENV_ERROR:
+                    self._env_error(event.group)
+            elif isinstance(event, GroupFailed):
+                work = self.scheduler.failed(event.ticket)
+                self._count_error(f"task position {work.task_index}: {event.error}")
+            elif isinstance(event, ActorDied):
+                self.scheduler.actor_lost(event.actor)
+                self.pool.restore(event.actor, self.learner.version, event.error)
+            elif isinstance(event, WeightsLoaded):
+                self.scheduler.actor_acked(event.actor, event.version)
+                if event.load_s is not None:
+                    self.weight_load_s.append(event.load_s)
+
+    def _env_error(self, group: Group) -> None:
+        broken = [t for t in group.trajectories if t.end_reason == END_ENV_ERROR]
+        if not all(is_injected_error(t.info) for t in broken):
+            self._count_error(f"episode of task {group.task_id}: {broken[0].info.get('error')}")
+
+    def _count_error(self, description: str) -> None:
+        self.rollout_errors += 1
+        logger.warning("rollout failed (%d so far): %s", self.rollout_errors, description)
+        if self.rollout_errors > self.config.max_rollout_errors:
+            raise PipelineError(
+                f"{self.rollout_errors} rollouts failed (max_rollout_errors = "
+                f"{self.config.max_rollout_errors}); the last: {description}"
+            )
+
+    def _update(self, batch: list[Group]) -> None:
+        """Train one update on `batch`, broadcast the weights, log, evaluate, checkpoint."""
+        update_start = time.perf_counter()
+        try:
+            metrics = self.learner.train_step(batch)
+        except BaseException:
+            self.scheduler.untrain(batch)  # not trained: the ledger must still find them queued
+            raise
+        filtered = self.scheduler.trained(batch, int(metrics.get("lag/max", 0)))
+        metrics["groups/task_ids"] = [group.task_id for group in batch]
+        if filtered:
+            metrics.update(group_metrics(filtered + batch))
+            metrics["charts/zero_variance_groups"] += len(filtered)
+            metrics["charts/filtered_groups"] = len(filtered)
+        sync_start = time.perf_counter()
+        version = self.learner.version
+        self.pool.broadcast(version, self.learner.rollout_state_dict())
+        if self.config.effective_max_lag == 0:
+            self._handle(self.pool.wait_for_weights(version))
+        loads = self.weight_load_s
+        metrics.update({
+            "perf/weight_publish_s": time.perf_counter() - sync_start,
+            "perf/update_s": time.perf_counter() - update_start,
+            "perf/actor_weight_load_s": sum(loads) / len(loads) if loads else 0.0,
+            "pipeline/queued_groups": len(self.scheduler.queue),
+            "pipeline/in_flight_groups": len(self.scheduler.in_flight),
+            **{f"ledger/{k}": v for k, v in self.scheduler.ledger.counts().items()
+               if isinstance(v, int)},
+        })
+        loads.clear()
+        if self.config.eval_every and version % self.config.eval_every == 0:
+            metrics.update(self._evaluate())
+        self.metrics.write(version, metrics)
+        self.last_metrics = {"step": version, **metrics}
+        if self.config.checkpoint_every and version % self.config.checkpoint_every == 0:
+            self._checkpoint()
+        if self.on_update is not None:
+            self.on_update(self.last_metrics)
+
+    def _evaluate(self) -> dict[str, float]:
+        """Mean reward of one episode on each of `eval_tasks` held-out tasks (not trained on).
+
+        The actors load the current weights first, so the figure belongs to this version; each
+        task keeps its seed from one evaluation to the next, and an episode the env broke has no
+        verdict, so it is counted apart rather than as a reward of 0.
+        """
+        self._handle(self.pool.wait_for_weights(self.learner.version))
+        rows = load_task_rows(self.config, self.config.eval_split)[: self.config.eval_tasks]
+        episodes = [t for group in self.pool.run_episodes(rows) for t in group.trajectories]
+        rewards = [t.reward for t in episodes if t.end_reason != END_ENV_ERROR]
+        return {
+            "eval/reward_mean": sum(rewards) / len(rewards) if rewards else float("nan"),
+            "eval/env_errors": len(episodes) - len(rewards),
+        }
+
+    # -- what the run leaves behind ------------------------------------------------------------
+
+    def fault_report(self) -> dict[str, Any]:
+        """Faults injected and recovered by kind, actor restarts, and the queue's peak."""
+        return {
+            **self.faults.report(),
+            "actor_restarts": sum(self.pool.restarts),
+            "untrained_peak": self.scheduler.untrained_peak,
+            "untrained_cap": self.scheduler.untrained_cap,
+        }
+
+    def _checkpoint(self) -> None:
+        save_checkpoint(self.run_dir, self.learner.state_dict(), self.scheduler.snapshot(),
+                        self.config.keep_checkpoints)
+        self._save_ledger()
+
+    def _save_ledger(self) -> None:
+        """`ledger.json`: this process's account of every group, with where the run stands."""
+        try:
+            save_ledger(self.run_dir, self.scheduler.ledger, status=self.status,
+                        **self.scheduler.ledger_extras(), faults=self.fault_report())
+        except OSError as error:  # a full disk must not hide the error that ended the run
+            logger.error("could not write the ledger to %s: %s", self.run_dir, error)
+
+    def _finish(self) -> None:
+        """Account for the groups left over, check the ledger, write the final checkpoint."""
+        self.status = "finished"
+        self._handle(self.pool.wait_for_weights(self.learner.version))  # actors end current
+        self.scheduler.end()
+        abandoned = len(self.scheduler.in_flight)
+        # Running groups were never generated: a resumed run re-runs their task positions.
+        self._checkpoint()
+        self.scheduler.ledger.check()
+        logger.info("run finished at version %d: %s; %d groups abandoned in flight",
+                    self.learner.version, self.scheduler.ledger.counts(), abandoned)
+
+    def _shutdown(self, grace_s: float = 30) -> None:
+        """Stop the actors and, if this run started Ray, Ray and every process below this one."""
+        descendants = descendant_processes() if self.started_ray else []
+        if self.pool is not None:
+            self.pool.shutdown(grace_s)
+        if self.started_ray:
+            stop_ray(descendants)
+
+
+def _plot_quietly(run_dir: Path) -> list[Path]:
+    from agent_rl.plot import plot_run
+
+    try:
+        return plot_run(run_dir)
+    except FileNotFoundError:
+        return []
