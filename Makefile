@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # The main job: evaluate the default model on held-out tasks (base), teach it the tool format
-# from oracle demonstrations (SFT, arithmetic and strings only), evaluate, train it from there
+# from oracle demonstrations (SFT, a short pass over four categories), evaluate, train it from there
 # with lag-64 asynchronous RL on all four categories, evaluate, and compare the three. Each step
 # leaves a file behind, so a rerun skips what is done.
 AGENT_RL := $(VENV)/bin/agent-rl

@@ -449,6 +449,8 @@ def _learner_weights(resolved: ResolvedModel) -> dict[str, Any]:
     import torch
     from safetensors import safe_open
 
+    from kernels.llama import hf_name
+
     assert resolved.weights_file is not None
     state = torch.load(resolved.weights_file, map_location="cpu", weights_only=True)
     weights = state.get("model", state)
@@ -456,11 +458,7 @@ def _learner_weights(resolved: ResolvedModel) -> dict[str, Any]:
     for shard in resolved.model_dir.glob("*.safetensors"):
         with safe_open(str(shard), framework="pt") as handle:
             expected.update(handle.keys())
-    # The matched learner names parameters like HF's inner LlamaModel, without "model.".
-    weights = {
-        f"model.{name}" if name not in expected and f"model.{name}" in expected else name: tensor
-        for name, tensor in weights.items()
-    }
+    weights = {hf_name(name): tensor for name, tensor in weights.items()}
     unknown = sorted(set(weights) - expected - {"lm_head.weight"})
     if unknown:
         raise EvalError(

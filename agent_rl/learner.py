@@ -125,11 +125,9 @@ class MatchedPolicy:
         return self.module.packed_token_logprobs(sequences, self.temperature)
 
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
-        # MatchedLlama names its parameters like HF's LlamaModel, without the "model." prefix.
-        return {
-            name if name.startswith("lm_head.") else f"model.{name}": tensor.detach()
-            for name, tensor in self.module.state_dict().items()
-        }
+        from kernels.llama import hf_name
+
+        return {hf_name(name): tensor.detach() for name, tensor in self.module.state_dict().items()}
 
 
 @dataclass

@@ -28,6 +28,18 @@ class UnsupportedCheckpointError(ValueError):
 
 
 @dataclass
+def matched_name(hf_name: str) -> str:
+    """A Hugging Face Llama tensor name as `MatchedLlama` names it (the inner LlamaModel's
+    names, without "model."). The one place the two namings meet, with `hf_name`."""
+    return hf_name.removeprefix("model.")
+
+
+def hf_name(name: str) -> str:
+    """A `MatchedLlama` parameter name as a Hugging Face Llama checkpoint names it; HF names
+    pass through unchanged."""
+    return name if name.startswith(("model.", "lm_head.")) else f"model.{name}"
+
+
 class LlamaConfig:
     vocab_size: int
     hidden_size: int
@@ -183,7 +195,7 @@ class MatchedLlama(nn.Module):
         params = dict(self.named_parameters())
         loaded = set()
         for name, tensor in weights:
-            name = name.removeprefix("model.")
+            name = matched_name(name)
             if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and self.lm_head is None):
                 continue
             if name not in params:

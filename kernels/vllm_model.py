@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from kernels import ops
-from kernels.llama import LlamaConfig, MatchedLlama
+from kernels.llama import LlamaConfig, MatchedLlama, hf_name, matched_name
 
 
 class MatchedLlamaForCausalLM(nn.Module):
@@ -98,12 +98,12 @@ class MatchedLlamaForCausalLM(nn.Module):
         params = dict(self.model.named_parameters())
         loaded = set()
         for name, tensor in weights:
-            name = name.removeprefix("model.")
+            name = matched_name(name)
             if "rotary_emb.inv_freq" in name or (name == "lm_head.weight" and self.model.lm_head is None):
                 continue
             param = params[name]
             getattr(param, "weight_loader", default_weight_loader)(param, tensor)
-            loaded.add(f"model.{name}")
+            loaded.add(hf_name(name))
         self._fp32_head = None
         ops.forget_packed_weights()  # the loaders copy into `.data`: no version counter moves
         return loaded
