@@ -27,7 +27,6 @@ class UnsupportedCheckpointError(ValueError):
     """A checkpoint this model definition cannot represent exactly."""
 
 
-@dataclass
 def matched_name(hf_name: str) -> str:
     """A Hugging Face Llama tensor name as `MatchedLlama` names it (the inner LlamaModel's
     names, without "model."). The one place the two namings meet, with `hf_name`."""
@@ -40,6 +39,7 @@ def hf_name(name: str) -> str:
     return name if name.startswith(("model.", "lm_head.")) else f"model.{name}"
 
 
+@dataclass
 class LlamaConfig:
     vocab_size: int
     hidden_size: int
