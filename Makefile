@@ -57,6 +57,9 @@ $(DEMO)/eval-rl/report.json: $(DEMO)/run/ledger.json
 $(DEMO)/compare.md: $(DEMO)/eval-base/report.json $(DEMO)/eval-sft/report.json $(DEMO)/eval-rl/report.json
 	$(AGENT_RL) compare base=$(DEMO)/eval-base sft=$(DEMO)/eval-sft rl=$(DEMO)/eval-rl --out $(DEMO)
 	@mkdir -p docs/figures && cp $(DEMO)/compare.json docs/figures/demo_compare.json
+	@cp $(DEMO)/compare.md docs/figures/demo_compare.md
+	@cp $(DEMO)/run/ledger.json docs/figures/demo_ledger.json
+	@for plot in $(DEMO)/run/plots/*.png; do cp $$plot docs/figures/demo_$$(basename $$plot); done
 
 # The same three models on tasks written by hand, phrased unlike the generator's.
 HAND := --tasks envs/tasks/handwritten/heldout.jsonl --k 1 --max-tokens-per-turn 160 --max-turns 4

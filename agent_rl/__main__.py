@@ -1,5 +1,5 @@
 """`python -m agent_rl` is the `agent-rl` command."""
 
-from agent_rl.cli import main
+from agent_rl.cli.main import main
 
 main()

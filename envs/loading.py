@@ -22,13 +22,14 @@ from typing import Any
 import gymnasium
 
 from envs import registration  # noqa: F401 - registers the agent_rl/* environment ids
+from envs.errors import EnvsError
 
 SPLITS = ("train", "heldout")
 CONTRACT = ("an env's entry point takes split='train'|'heldout' and the env keeps that split's "
             "tasks in `dataset` (README: Your own environment)")
 
 
-class EnvContractError(ValueError):
+class EnvContractError(EnvsError, ValueError):
     """An env id that cannot be made, or an env that does not meet the contract above."""
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium
 
+from envs.errors import EnvsError
 from envs.spaces import AssistantText, Message, MessagesSpace
 from envs.tasks import normalize_task
 from envs.tool_calls import (
@@ -51,7 +52,7 @@ class EpisodeNotRunningError(RuntimeError):
     """`step()` was called before `reset()` or after the episode ended."""
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(EnvsError, KeyError):
     """`options["task"]` named a task id or index the dataset does not have."""
 
 

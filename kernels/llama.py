@@ -18,12 +18,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from kernels import cpu_ops, ops
+from kernels.errors import KernelsError
 
 # attend(layer_index, q (T, heads, D), k (T, kv_heads, D), v (T, kv_heads, D)) -> (T, heads, D)
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-class UnsupportedCheckpointError(ValueError):
+class UnsupportedCheckpointError(KernelsError, ValueError):
     """A checkpoint this model definition cannot represent exactly."""
 
 

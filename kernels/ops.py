@@ -16,9 +16,10 @@ from types import ModuleType
 import torch
 
 from kernels import cpp_ops, cpu_ops, reference
+from kernels.errors import KernelsError
 
 
-class BackendUnavailableError(RuntimeError):
+class BackendUnavailableError(KernelsError, RuntimeError):
     """No matched backend exists for the tensors' device."""
 
 

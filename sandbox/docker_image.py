@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import BackendUnavailableError
+from sandbox.errors import BackendUnavailableError, SandboxError
 
 IMAGE = "agent-rl/sandbox-python:3.11"
 RECIPE = {
@@ -33,7 +33,7 @@ _PRUNE = ["var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/s
           "usr/share/locale", "usr/share/info"]
 
 
-class ImageBuildError(RuntimeError):
+class ImageBuildError(SandboxError, RuntimeError):
     """The image could not be built: a missing tool, no root, no mirror, or a daemon error."""
 
 

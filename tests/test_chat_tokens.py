@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from agent_rl.chat_tokens import ChatTemplateError, ChatTokens
+from agent_rl.rollout.chat_tokens import ChatTemplateError, ChatTokens
 
 OPENING = [
     {"role": "system", "content": "Use the python tool."},

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent_rl.cli import app
+from agent_rl.cli.main import app
 from agent_rl.config import ConfigError
 from agent_rl.metrics import MetricsWriter
 from agent_rl.model_store import ModelNotFoundError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_rl import engine
+from agent_rl.rollout import engine
 
 
 @pytest.mark.parametrize(("cores", "load", "expected"), [

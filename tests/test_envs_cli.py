@@ -9,7 +9,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from agent_rl.benchmarks import env_bench
-from agent_rl.env_commands import app
+from agent_rl.cli.envs import app
 from envs.tool_calls import format_tool_call
 
 runner = CliRunner()

@@ -8,8 +8,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agent_rl.eval_report import EpisodeResult, build_report, write_report
-from agent_rl.evaluate import COMPARE_FILE, EvalError, eval_command
+from agent_rl.cli.eval import eval_command
+from agent_rl.evaluate.report import EpisodeResult, build_report, write_report
+from agent_rl.evaluate.runner import COMPARE_FILE, EvalError
 
 
 def _app() -> typer.Typer:
@@ -79,7 +80,7 @@ def test_tasks_that_are_neither_an_env_nor_a_file_are_refused_before_any_engine_
 
 
 def test_env_args_are_yaml_values_and_bad_ones_are_clear() -> None:
-    from agent_rl.evaluate import parse_env_args
+    from agent_rl.cli.eval import parse_env_args
 
     assert parse_env_args(["plain_text_answers=true", "categories=[dates, strings]"]) == {
         "plain_text_answers": True, "categories": ["dates", "strings"]}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_rl.eval_report import (
+from agent_rl.evaluate.report import (
     MARKDOWN_FILE,
     REPORT_FILE,
     TRANSCRIPTS_FILE,
@@ -16,7 +16,7 @@ from agent_rl.eval_report import (
     compare,
     load_report,
 )
-from agent_rl.evaluate import evaluate
+from agent_rl.evaluate.runner import evaluate
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -93,7 +93,7 @@ def test_llama_checkpoints_are_scored_by_the_matched_model(tiny_model: Path, tmp
                                                            monkeypatch) -> None:
     # The stock vLLM Llama keeps a tied lm_head's old values after an in-place reload, so a
     # trained checkpoint must be scored by the matched model, and its base by the same kernels.
-    from agent_rl.evaluate import _engine_model_dir
+    from agent_rl.evaluate.runner import _engine_model_dir
     from kernels.vllm_plugin import ARCHITECTURE
 
     monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "home"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agent_rl.eval_report import (
+from agent_rl.evaluate.report import (
     EpisodeResult,
     ReportFormatError,
     build_report,

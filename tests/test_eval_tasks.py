@@ -10,10 +10,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from agent_rl.evaluate import (
+from agent_rl.evaluate.runner import (
     EvalError,
     ResolvedModel,
-    _learner_weights,
     default_temperature,
     load_eval_tasks,
     resolve_eval_model,
@@ -78,12 +77,14 @@ def test_a_run_dir_means_its_latest_checkpoint_on_the_runs_base_model(tmp_path, 
     run_dir = _run_dir(tmp_path, tiny_model, [3, 12], weights)
     resolved = resolve_eval_model(run_dir)
     latest = run_dir / "checkpoints" / "update_000012"
-    assert resolved == ResolvedModel(tiny_model, str(latest), latest / "learner.pt", 12)
+    assert resolved == ResolvedModel(latest / "hf", str(latest), 12)
     assert resolve_eval_model(run_dir / "checkpoints" / "update_000003").policy_version == 3
-    loaded = _learner_weights(resolved)
-    assert set(loaded) == set(weights) and torch.equal(
+    loaded = load_file(str(resolved.model_dir / "model.safetensors"))
+    assert set(loaded) | {"lm_head.weight"} >= set(weights) and torch.equal(
         loaded["model.embed_tokens.weight"], weights["model.embed_tokens.weight"]
     )
+    assert (resolved.model_dir / "config.json").read_text() == (
+        tiny_model / "config.json").read_text()
 
 
 def test_a_run_checkpoint_with_an_exported_hf_folder_uses_that_folder(tmp_path, tiny_model):
@@ -103,5 +104,5 @@ def test_run_dirs_without_checkpoints_or_with_foreign_weight_names_are_refused(
         resolve_eval_model(empty)
     run_dir = _run_dir(tmp_path, tiny_model, [1], {"blocks.0.attn.qkv": torch.zeros(2)})
     with pytest.raises(EvalError, match="names the base model"):
-        _learner_weights(resolve_eval_model(run_dir))
+        resolve_eval_model(run_dir)
 

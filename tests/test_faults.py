@@ -17,15 +17,15 @@ import gymnasium
 import pytest
 import torch
 
-from agent_rl.checkpoint import (
+from agent_rl.config import ConfigError
+from agent_rl.learn.checkpoint import (
     CheckpointWriteError,
     RunState,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from agent_rl.config import ConfigError
-from agent_rl.faults import (
+from agent_rl.orchestrate.faults import (
     DELAY_BROADCAST,
     DRIVER_FAULTS,
     ENV_FAULTS,
@@ -41,7 +41,7 @@ from agent_rl.faults import (
     FaultyEnvFactory,
     InjectedEnvFault,
 )
-from agent_rl.ledger import read_ledger
+from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.orchestrate.pipeline import train
 from agent_rl.orchestrate.ray_session import RayUnreachableError, check_ray_address
 from agent_rl.train_config import TrainConfig, load_train_config

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent_rl.advantages import group_advantages
-from agent_rl.checkpoint import load_checkpoint, save_checkpoint
-from agent_rl.learner import Learner, LearnerError, LearnerSettings
-from agent_rl.ledger import Ledger
+from agent_rl.learn.advantages import group_advantages
+from agent_rl.learn.checkpoint import load_checkpoint, save_checkpoint
+from agent_rl.learn.learner import Learner, LearnerError, LearnerSettings
+from agent_rl.orchestrate.ledger import Ledger
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import Group, Trajectory
 

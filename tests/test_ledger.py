@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_rl.ledger import Ledger, LedgerError
+from agent_rl.orchestrate.ledger import Ledger, LedgerError
 
 
 def _ledger() -> Ledger:

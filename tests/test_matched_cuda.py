@@ -251,7 +251,7 @@ def test_learner_trains_with_logprobs_equal_to_paged_decode(device: str, dtype: 
                                                             tmp_path: Path) -> None:
     """A lag-0 update's importance weights are exactly 1 (learner == rollout bit for bit), and
     stay so after each of three optimizer steps taken on `device`."""
-    from agent_rl.learner import Learner, LearnerSettings
+    from agent_rl.learn.learner import Learner, LearnerSettings
     from agent_rl.trajectory import Group, Trajectory
 
     model_dir = _save_hf_checkpoint(_random_model(), tmp_path / "model")
@@ -287,7 +287,7 @@ def test_learner_trains_with_logprobs_equal_to_paged_decode(device: str, dtype: 
 @pytest.mark.parametrize("device", DEVICES)
 def test_learner_checkpoint_moves_between_devices(device: str, tmp_path: Path) -> None:
     """A checkpoint written on `device` resumes on the CPU with the same weights and optimizer."""
-    from agent_rl.learner import Learner, LearnerSettings
+    from agent_rl.learn.learner import Learner, LearnerSettings
 
     model_dir = _save_hf_checkpoint(_random_model(), tmp_path / "model")
     settings = LearnerSettings(model_dir=model_dir, matched_kernels=True, lr=1e-3, device=device)
@@ -307,7 +307,7 @@ def test_learner_checkpoint_moves_between_devices(device: str, tmp_path: Path) -
 
 def test_learner_device_without_a_gpu_is_a_clear_error(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from agent_rl.learner import LearnerError, learner_device
+    from agent_rl.learn.learner import LearnerError, learner_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(LearnerError, match="torch sees none"):
@@ -320,7 +320,7 @@ def test_learner_device_without_a_gpu_is_a_clear_error(tmp_path: Path,
 def test_cuda_bench_without_a_gpu_says_where_to_run_it() -> None:
     from typer.testing import CliRunner
 
-    from agent_rl.cli import app
+    from agent_rl.cli.main import app
 
     result = CliRunner().invoke(app, ["bench", "kernels", "--device", "cuda"])
     assert result.exit_code != 0

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from agent_rl.mismatch import mismatch_stats
+from agent_rl.diagnostics.mismatch import mismatch_stats
 
 
 def test_identical_logprobs_report_no_mismatch() -> None:

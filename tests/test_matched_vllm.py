@@ -109,7 +109,7 @@ def test_reloaded_weights_give_the_learner_logprobs_of_the_new_weights(
     # The reload the pipeline runs. vLLM's loaders write through `.data`, which moves no version
     # counter, so the GEMM's cached weight packs must be dropped by the model's load_weights.
     # The original weights are reloaded at the end, for the tests after this one.
-    from agent_rl.weight_sync import write_weights
+    from agent_rl.rollout.weight_sync import write_weights
 
     llm, learner = engine_and_learner
     original = {name: tensor.clone() for name, tensor in learner.state_dict().items()}

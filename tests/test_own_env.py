@@ -36,7 +36,7 @@ def env_folder(tmp_path: Path) -> Path:
 def _agent_rl(folder: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     # PYTHONPATH as a user's shell has it: the repo's own packages come from the install.
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    return subprocess.run([sys.executable, "-m", "agent_rl.cli", *args], cwd=folder, env=env,
+    return subprocess.run([sys.executable, "-m", "agent_rl.cli.main", *args], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from agent_rl.passk import (
+from agent_rl.evaluate.passk import (
     SUCCESS_THRESHOLD,
     is_success,
     macro_mean,

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from agent_rl.config import ConfigError
-from agent_rl.ledger import FLAT_FILTERED
 from agent_rl.metrics import read_metrics
+from agent_rl.orchestrate.ledger import FLAT_FILTERED
 from agent_rl.orchestrate.pipeline import RunSummary, train
 from agent_rl.orchestrate.tasks import TaskStream
 from agent_rl.train_config import TrainConfig, load_train_config

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_rl.plot import plot_run, reward_blocks
+from agent_rl.diagnostics.plot import plot_run, reward_blocks
 
 
 def _records() -> list[dict]:

@@ -20,11 +20,11 @@ from safetensors.torch import load_file
 from test_rollout_envs import CounterToolEnv
 from transformers import AutoTokenizer
 
-from agent_rl.chat_tokens import ChatTokens
-from agent_rl.engine import EngineConfig
-from agent_rl.rollout import RolloutActor, RolloutConfig
+from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+from agent_rl.rollout.chat_tokens import ChatTokens
+from agent_rl.rollout.engine import EngineConfig
+from agent_rl.rollout.weight_sync import WeightVersionError
 from agent_rl.trajectory import Trajectory, group_lag
-from agent_rl.weight_sync import WeightVersionError
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_rollout_envs import CounterToolEnv
 
-from agent_rl.engine import EngineConfig
-from agent_rl.rollout import RolloutActor, RolloutConfig
+from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+from agent_rl.rollout.engine import EngineConfig
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from agent_rl.ledger import FLAT_FILTERED
 from agent_rl.orchestrate.actor_pool import ActorDied, ActorPool, GroupDone, WeightsLoaded
 from agent_rl.orchestrate.hooks import Hook, Hooks
+from agent_rl.orchestrate.ledger import FLAT_FILTERED
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.orchestrate.scheduler import RESTORING, Scheduler, SchedulerLimits, group_id_for
 from agent_rl.trajectory import END_ENV_ERROR, END_TERMINATED, Group, Trajectory, group_lag

@@ -13,16 +13,16 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from agent_rl.demonstrations import (
+from agent_rl.learn.demonstrations import (
     DemonstrationError,
     chat_file_demonstrations,
     check_has_model_tokens,
     oracle_demonstrations,
     play_demonstration,
 )
-from agent_rl.hf_export import InitFromError, resolve_init_from
-from agent_rl.learner import Learner, LearnerSettings
-from agent_rl.sft import SFTConfig, demonstration_sample, run_sft, sft_step
+from agent_rl.learn.hf_export import InitFromError, resolve_init_from
+from agent_rl.learn.learner import Learner, LearnerSettings
+from agent_rl.learn.sft import SFTConfig, demonstration_sample, run_sft, sft_step
 from envs.loading import make_env
 from envs.policies import OraclePolicy
 from envs.tasks import load_tasks
@@ -74,8 +74,9 @@ def test_incremental_ids_equal_the_whole_conversation_rendered_by_the_template(t
 def test_sft_ids_equal_the_rollout_ids_for_the_same_turns(tokenizer, demos):
     """The rollout actor's episode loop, handed the demonstration's turns as its samples,
     records the very ids and mask the demonstration holds."""
-    from agent_rl.engine import EngineConfig
-    from agent_rl.rollout import RolloutActor, RolloutConfig, SampledTurn
+    from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+    from agent_rl.rollout.engine import EngineConfig
+    from agent_rl.rollout.episode import SampledTurn
 
     row = demos[0]
     task = next(t for t in load_tasks("train", ["arithmetic", "dates"]).to_list()
@@ -144,7 +145,7 @@ def test_sft_run_writes_a_checkpoint_that_eval_and_init_from_load(tiny_model, tm
 
     folder = resolve_init_from(tmp_path / "sft", tiny_model)
     assert folder == summary.model_dir
-    from agent_rl.evaluate import resolve_eval_model
+    from agent_rl.evaluate.runner import resolve_eval_model
     assert resolve_eval_model(str(tmp_path / "sft")).model_dir == folder
     from kernels.llama import MatchedLlama
     loaded = MatchedLlama.from_pretrained(folder, dtype=torch.float32)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from agent_rl import soak
-from agent_rl.faults import ENV_FAULTS
+from agent_rl.diagnostics import soak
+from agent_rl.orchestrate.faults import ENV_FAULTS
 
 
 def test_soak_config_switches_faults_on_and_bounds_the_run_by_time(tmp_path: Path) -> None:

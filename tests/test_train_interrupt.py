@@ -34,7 +34,7 @@ def _interrupt(process: subprocess.Popen) -> str:
 @pytest.mark.slow
 def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
     out_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "agent_rl.cli", "train", "configs/smoke.yaml",
+    command = [sys.executable, "-m", "agent_rl.cli.main", "train", "configs/smoke.yaml",
                "--set", f"out_dir={out_dir}", "--set", "num_updates=1000"]
     # Started with SIGINT ignored, as a shell starts a background job (and as CI may run us):
     # the run must still stop on SIGINT.
@@ -63,7 +63,7 @@ def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
 def test_ctrl_c_during_start_up_leaves_no_process_behind(tmp_path: Path) -> None:
     import psutil
 
-    command = [sys.executable, "-m", "agent_rl.cli", "train", "configs/smoke.yaml",
+    command = [sys.executable, "-m", "agent_rl.cli.main", "train", "configs/smoke.yaml",
                "--set", f"out_dir={tmp_path / 'run'}"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "COLUMNS": "200"})

@@ -17,7 +17,7 @@ import gymnasium
 from rich.console import Console
 from rich.table import Table
 
-import envs  # noqa: F401 - registers the agent_rl/ environments
+from envs.loading import make_env
 from envs.tool_calls import format_tool_call
 from envs.tool_env import ToolEnv
 
@@ -28,7 +28,7 @@ def run(
     console: Console, env_id: str = "agent_rl/PythonTool-v0", steps: int = 200
 ) -> list[dict[str, Any]]:
     """Time `steps` resets and steps of `env_id`; returns one row per measured operation."""
-    env = gymnasium.make(env_id)
+    env = make_env(env_id)
     try:
         env.reset(seed=0)
         env.step(_noop_call(env) or env.action_space.sample())  # warm up: sandbox start, imports

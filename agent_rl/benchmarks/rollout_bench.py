@@ -17,11 +17,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from agent_rl.chat_tokens import ChatTokens
-from agent_rl.engine import EngineConfig
 from agent_rl.model_store import resolve_model
-from agent_rl.rollout import RolloutActor, RolloutConfig
-from agent_rl.weight_sync import cpu_state_dict
+from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+from agent_rl.rollout.chat_tokens import ChatTokens
+from agent_rl.rollout.engine import EngineConfig
+from agent_rl.rollout.weight_sync import cpu_state_dict
 
 PROMPT = "Write a short story about a robot who learns to count."
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agent_rl.errors import UserError
 from agent_rl.orchestrate.hooks import Hooks
 from agent_rl.orchestrate.scheduler import Work
 from agent_rl.trajectory import Group
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 POLL_S = 1.0
 
 
-class PipelineError(RuntimeError):
+class PipelineError(UserError, RuntimeError):
     """The run cannot go on: rollouts keep failing, or nothing arrives for too long."""
 
 
@@ -257,7 +258,7 @@ class ActorPool:
         return [WeightsLoaded(actor, version, timing.total_s)]
 
     def _settle_restore(self, ref: Any) -> list[Event]:
-        from agent_rl.weight_sync import WeightVersionError
+        from agent_rl.rollout.weight_sync import WeightVersionError
 
         actor, version = self.restores.pop(ref)
         try:

@@ -1,4 +1,4 @@
-"""The driver's injected faults (`agent_rl.faults`) as one hook on the run.
+"""The driver's injected faults (`agent_rl.orchestrate.faults`) as one hook on the run.
 
 Each fault is armed after the update the config names (or at random) and fires at its hook
 point: the learner "dies" right after the update, an actor is killed mid-episode when the loop
@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from agent_rl.faults import (
+from agent_rl.orchestrate.faults import (
     DELAY_BROADCAST,
     FILL_QUEUE,
     KILL_ACTOR,

@@ -7,16 +7,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent_rl.faults import FaultyEnvFactory
-from agent_rl.learner import LearnerSettings
-from agent_rl.loss import LossSettings
+from agent_rl.learn.learner import LearnerSettings
+from agent_rl.learn.loss import LossSettings
+from agent_rl.orchestrate.faults import FaultyEnvFactory
 from agent_rl.train_config import TrainConfig
 
 
 def resolve_run_model(config: TrainConfig) -> Path:
     """The checkpoint the run's learner and rollout start from: `model`, or the `init_from`
     weights checked against it."""
-    from agent_rl.hf_export import resolve_init_from
+    from agent_rl.learn.hf_export import resolve_init_from
     from agent_rl.model_store import resolve_model
 
     model_dir = resolve_model(config.model, config.dtype)
@@ -66,8 +66,8 @@ def rollout_model_dir(config: TrainConfig, model_dir: Path, run_dir: Path) -> Pa
 
 def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
     """Create the Ray rollout actors and begin building their engines (returns at once)."""
-    from agent_rl.engine import EngineConfig
-    from agent_rl.rollout import RolloutConfig, make_rollout_actor
+    from agent_rl.rollout.actor import RolloutConfig, make_rollout_actor
+    from agent_rl.rollout.engine import EngineConfig
 
     engine_config = EngineConfig(
         model=str(model_dir),

@@ -10,7 +10,7 @@ The loop below feeds the pool's events to the scheduler and the scheduler's batc
 learner. With `max_lag = 0` the same loop is synchronous RL (`mode: sync`): generate a batch,
 wait for it, train, wait for every actor to load the new weights, repeat.
 
-Faults are hooks (`agent_rl.orchestrate.hooks`): the injected ones of `agent_rl.faults` join
+Faults are hooks (`agent_rl.orchestrate.hooks`): the injected ones of `agent_rl.orchestrate.faults` join
 through `DriverFaults` at the hook points, not as branches in the loop. Whatever ends the run
 (the end, an error, Ctrl-C), `ledger.json` in the run dir says what happened to every group.
 """
@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agent_rl.config import dump_config
-from agent_rl.faults import FaultInjector, is_injected_error
-from agent_rl.learner import Learner, group_metrics
-from agent_rl.ledger import save_ledger
+from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
+from agent_rl.learn.learner import Learner, group_metrics
 from agent_rl.metrics import MetricsWriter
 from agent_rl.orchestrate.actor_pool import (
     ActorDied,
@@ -40,6 +39,7 @@ from agent_rl.orchestrate.actor_pool import (
     WeightsLoaded,
 )
 from agent_rl.orchestrate.fault_hooks import DriverFaults
+from agent_rl.orchestrate.faults import FaultInjector, is_injected_error
 from agent_rl.orchestrate.hooks import Hooks
 from agent_rl.orchestrate.launch import (
     check_env_kwargs,
@@ -48,6 +48,7 @@ from agent_rl.orchestrate.launch import (
     rollout_model_dir,
     start_rollout_actors,
 )
+from agent_rl.orchestrate.ledger import save_ledger
 from agent_rl.orchestrate.ray_session import (
     WORKER_LOGS,
     descendant_processes,
@@ -101,7 +102,7 @@ class Pipeline:
         self.on_status = on_status
         self.run_dir = Path(config.out_dir)
         # Everything a user can get wrong is checked before the run folder or Ray exists.
-        model_dir = resolve_run_model(config)
+        model_dir = self.model_dir = resolve_run_model(config)
         check_env_kwargs(config)
         self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -340,6 +341,10 @@ class Pipeline:
         # Running groups were never generated: a resumed run re-runs their task positions.
         self._checkpoint()
         self.scheduler.ledger.check()
+        final = latest_checkpoint(self.run_dir)
+        if final is not None:  # as a Hugging Face folder too: eval and init_from load it
+            export_hf_checkpoint(self.learner.rollout_state_dict(), self.model_dir,
+                                 final / EXPORT_DIR)
         logger.info("run finished at version %d: %s; %d groups abandoned in flight",
                     self.learner.version, self.scheduler.ledger.counts(), abandoned)
 
@@ -353,7 +358,7 @@ class Pipeline:
 
 
 def _plot_quietly(run_dir: Path) -> list[Path]:
-    from agent_rl.plot import plot_run
+    from agent_rl.diagnostics.plot import plot_run
 
     try:
         return plot_run(run_dir)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_rl.ledger import Ledger
+from agent_rl.orchestrate.ledger import Ledger
 from agent_rl.trajectory import Group
 
 

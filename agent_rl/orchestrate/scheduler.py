@@ -18,7 +18,7 @@ Three rules enforce it:
 With max_lag = 0 these rules are synchronous RL: generate a batch, wait for it, train, wait for
 every actor to load the new weights, repeat.
 
-The ledger (`agent_rl.ledger`) records every decision: each group id is generated once, then
+The ledger (`agent_rl.orchestrate.ledger`) records every decision: each group id is generated once, then
 trained once or dropped with its reason; a task position whose rollout was lost (its actor
 died, or the run resumed while it ran) runs again under the same id.
 """
@@ -29,9 +29,9 @@ import itertools
 import logging
 from dataclasses import dataclass
 
-from agent_rl.advantages import has_reward_variance
-from agent_rl.ledger import FLAT_FILTERED, Ledger
+from agent_rl.learn.advantages import has_reward_variance
 from agent_rl.orchestrate.hooks import Hook
+from agent_rl.orchestrate.ledger import FLAT_FILTERED, Ledger
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import END_ENV_ERROR, Group, exceeds_max_lag, group_lag
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import datasets
 
+from envs.errors import EnvsError
+
 __all__ = [
     "CATEGORIES", "SPLITS", "TaskFileError", "load_tasks", "normalize_task", "split_sizes",
 ]
@@ -23,7 +25,7 @@ SPLITS = ("train", "heldout")
 REQUIRED_COLUMNS = ("prompt", "answer")
 
 
-class TaskFileError(ValueError):
+class TaskFileError(EnvsError, ValueError):
     """A task file is missing, unreadable or lacks a required column."""
 
 

@@ -2,7 +2,8 @@
 
 An exported folder is the base model's folder (config, tokenizer, chat template) with the
 trained weights in `model.safetensors`, so vLLM, transformers and the matched learner all load
-it as they load the base. `agent-rl sft` writes one into its final checkpoint (`.../hf/`);
+it as they load the base. `agent-rl sft` and `agent-rl train` write one into their final
+checkpoint (`.../hf/`, `export_run_checkpoint` converts any other checkpoint on first use);
 `agent-rl eval --model RUN` and `init_from: RUN` find it there.
 """
 
@@ -14,7 +15,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["EXPORT_DIR", "InitFromError", "export_hf_checkpoint", "resolve_init_from"]
+from agent_rl.errors import UserError
+
+__all__ = ["EXPORT_DIR", "InitFromError", "export_hf_checkpoint", "export_run_checkpoint",
+           "resolve_init_from"]
 
 EXPORT_DIR = "hf"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
@@ -26,7 +30,7 @@ ARCHITECTURE_KEYS = (
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
-class InitFromError(ValueError):
+class InitFromError(UserError, ValueError):
     """An `init_from` checkpoint that is missing, or not of the run's architecture/tokenizer."""
 
 
@@ -49,6 +53,37 @@ def export_hf_checkpoint(
     return out_dir
 
 
+def export_run_checkpoint(checkpoint: Path, base_dir: Path) -> Path:
+    """The Hugging Face folder of a run checkpoint, `checkpoint/hf/`: the one way a trained
+    checkpoint becomes loadable by vLLM, transformers and the learner. Runs write it with their
+    final checkpoint; for any other it is written from `learner.pt` on first use.
+
+    Raises:
+        InitFromError: the learner weights carry names `base_dir`'s checkpoint lacks.
+    """
+    from safetensors import safe_open
+
+    from kernels.llama import hf_name
+
+    out_dir = Path(checkpoint) / EXPORT_DIR
+    if (out_dir / "config.json").exists():
+        return out_dir
+    learner_file = Path(checkpoint) / "learner.pt"
+    state = torch.load(learner_file, map_location="cpu", weights_only=True)
+    weights = {hf_name(name): tensor for name, tensor in state.get("model", state).items()}
+    expected: set[str] = set()
+    for shard in Path(base_dir).glob("*.safetensors"):
+        with safe_open(str(shard), framework="pt") as handle:
+            expected.update(handle.keys())
+    unknown = sorted(set(weights) - expected - {"lm_head.weight"})
+    if unknown:
+        raise InitFromError(
+            f"{learner_file} holds weights under names the base model {base_dir} lacks (e.g. "
+            f"{unknown[:3]}); was the run trained from another model?"
+        )
+    return export_hf_checkpoint(weights, base_dir, out_dir)
+
+
 def resolve_init_from(init_from: str | Path, base_dir: Path) -> Path:
     """The checkpoint folder `init_from` names (a run dir, one of its checkpoints, or a HF
     folder), checked to share `base_dir`'s architecture and tokenizer.
@@ -56,7 +91,7 @@ def resolve_init_from(init_from: str | Path, base_dir: Path) -> Path:
     Raises:
         InitFromError: nothing loadable there, or another architecture or tokenizer.
     """
-    from agent_rl.checkpoint import latest_checkpoint
+    from agent_rl.learn.checkpoint import latest_checkpoint
 
     path = Path(init_from).expanduser()
     if not path.exists():

@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent_rl.errors import UserError
+
 Message = dict[str, Any]
 
 _SENTINEL = "\x00agent-rl-sentinel\x00"
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(UserError, ValueError):
     """A chat template this module cannot extend turn by turn (it rewrites earlier turns)."""
 
 

@@ -1,10 +1,9 @@
 """The rollout actor: one vLLM engine stepping many tool-use episodes at once.
 
-Each episode is a coroutine: render the opening messages to ids once, sample an assistant turn
-from those ids, hand its text to `env.step`, append the ids of the environment's reply as the chat
-template would write them, and repeat until the episode ends or the context budget is reached.
-The sampled ids, their behavior logprobs and the weight version that sampled each of them come
-straight from the engine; nothing is re-tokenized.
+Each episode is a coroutine (`agent_rl.rollout.episode.run_episode`) that asks this actor's
+engine for one assistant turn at a time; the actor runs many at once. The sampled ids, their
+behavior logprobs and the weight version that sampled each of them come straight from the
+engine; nothing is re-tokenized.
 
 Lag. Versions only grow during an episode, so a group's oldest token has the version the actor
 had when the group started. Which groups may start, and which are too old to train on, is the
@@ -17,36 +16,28 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import Field
 
-from agent_rl.chat_tokens import ChatTokens, EpisodeTokens, Message
 from agent_rl.config import StrictModel
-from agent_rl.engine import EngineConfig, build_engine, engine_config_metadata
+from agent_rl.rollout.engine import EngineConfig, build_engine, engine_config_metadata
+from agent_rl.rollout.episode import (
+    EnvFactory,
+    EnvThreads,
+    SampledTurn,
+    run_episode,
+)
+from agent_rl.rollout.weight_sync import WeightUpdateTiming, WeightVersionError, update_engine_weights
 from agent_rl.trajectory import (
-    END_CONTEXT_BUDGET,
-    END_ENV_ERROR,
-    END_TERMINATED,
-    END_TRUNCATED,
     Group,
     Trajectory,
 )
-from agent_rl.weight_sync import WeightUpdateTiming, WeightVersionError, update_engine_weights
 
 logger = logging.getLogger(__name__)
-
-EnvFactory = Callable[[], Any]
-
-
-class EnvCallError(RuntimeError):
-    """An environment call (make, reset, step, close) that raised; it ends only its episode."""
-
 
 class RolloutConfig(StrictModel):
     """How episodes are sampled; recorded with every trajectory."""
@@ -69,17 +60,6 @@ class RolloutConfig(StrictModel):
     pass_tools_to_template: bool = Field(
         True, description="give the env's tool schemas to the chat template as `tools=`"
     )
-
-
-@dataclass
-class SampledTurn:
-    """One assistant turn as the engine sampled it."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    versions: list[int]
-    finish_reason: str
-    stop_token: int | None
 
 
 class RolloutActor:
@@ -112,7 +92,7 @@ class RolloutActor:
         self._policy_version = initial_version
         self._update_lock = asyncio.Lock()
         self._group_serial = itertools.count()
-        self._env_pool = ThreadPoolExecutor(self.config.env_threads, thread_name_prefix="env")
+        self._env_threads = EnvThreads(self.config.env_threads)
         self._engine: Any = None
         self._tokenizer: Any = None
         self._context_budget = self.config.context_budget
@@ -204,7 +184,7 @@ class RolloutActor:
             for index in range(size)
         ]
         trajectories = list(await asyncio.gather(*episodes))
-        task_id = trajectories[0].task_id if trajectories else _task_id(task)
+        task_id = trajectories[0].task_id if trajectories else str((task or {}).get("task_id", ""))
         return Group(group_id=group_id, task_id=task_id, trajectories=trajectories)
 
     async def sample(
@@ -277,90 +257,22 @@ class RolloutActor:
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
-        self._env_pool.shutdown(wait=False, cancel_futures=True)
+        self._env_threads.shutdown()
 
     async def _run_episode(
         self, task: dict[str, Any] | None, group_id: str, seed: int | None
     ) -> Trajectory:
-        episode = _EpisodeRecord(task_id=_task_id(task), category=_category(task))
-        env = None
-        try:
-            env = await self._in_env_thread(self._env_factory)
-            options = {"task": task} if task is not None else None
-            messages, reset_info = await self._in_env_thread(env.reset, seed=seed, options=options)
-            episode.adopt_reset_info(reset_info)
-            await self._step_episode(env, messages, reset_info, episode, seed)
-        except EnvCallError as error:
-            logger.warning("episode of task %s ended by env error: %s", episode.task_id, error)
-            episode.end_reason = END_ENV_ERROR
-            episode.info["error"] = str(error)
-            cause = type(error.__cause__ or error)
-            episode.info["error_type"] = f"{cause.__module__}.{cause.__qualname__}"
-        finally:
-            if env is not None:
-                await self._close_env(env)
-        return episode.to_trajectory(group_id, self._sampling_record(seed))
+        record = await run_episode(
+            self._sample_turn, self._env_threads, self._env_factory, task, seed,
+            tokenizer=self._tokenizer, context_budget=self._context_budget,
+            pass_tools=self.config.pass_tools_to_template,
+        )
+        return record.to_trajectory(group_id, self._sampling_record(seed))
 
-    async def _step_episode(
-        self,
-        env: Any,
-        messages: list[Message],
-        reset_info: dict[str, Any],
-        episode: _EpisodeRecord,
-        seed: int | None,
-    ) -> None:
-        tools = reset_info.get("tools") if self.config.pass_tools_to_template else None
-        tokens = EpisodeTokens(ChatTokens(self._tokenizer, tools=tools), messages)
-        episode.feed(tokens.opening_ids)
-        budget = self._context_budget
-        while True:
-            room = budget - len(episode.token_ids)
-            if room <= 0:
-                episode.end_reason = END_CONTEXT_BUDGET
-                return
-            turn_seed = None if seed is None else (seed * 7919 + episode.num_turns) % 2**31
-            turn = await self.sample(
-                episode.token_ids,
-                max_tokens=min(self.config.max_tokens_per_turn, room),
-                seed=turn_seed,
-                min_tokens=self.config.min_tokens_per_turn,
-            )
-            episode.append_sampled(turn)
-            if turn.stop_token is None and len(episode.token_ids) >= budget:
-                episode.end_reason = END_CONTEXT_BUDGET
-                return
-            text = tokens.add_assistant(turn.token_ids, turn.stop_token)
-            env_messages, reward, terminated, truncated, info = await self._in_env_thread(
-                env.step, text
-            )
-            episode.reward += float(reward)
-            episode.info = _public_info(info)
-            if terminated or truncated:
-                episode.end_reason = END_TERMINATED if terminated else END_TRUNCATED
-                return
-            reply_ids = tokens.add_env(env_messages)
-            if len(episode.token_ids) + len(reply_ids) >= budget:
-                episode.end_reason = END_CONTEXT_BUDGET
-                return
-            episode.feed(reply_ids)
-
-    async def _close_env(self, env: Any) -> None:
-        try:
-            await self._in_env_thread(env.close)
-        except EnvCallError as error:
-            logger.warning("closing an env failed: %s", error)
-
-    async def _in_env_thread(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run an env call off the event loop; its failures become EnvCallError.
-
-        Only env failures end an episode quietly: an engine failure propagates to the caller.
-        """
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._env_pool, lambda: fn(*args, **kwargs))
-        except Exception as error:
-            name = getattr(fn, "__qualname__", repr(fn))
-            raise EnvCallError(f"{name} raised {error!r}") from error
+    async def _sample_turn(self, token_ids: list[int], room: int, seed: int | None
+                           ) -> SampledTurn:
+        return await self.sample(token_ids, max_tokens=min(self.config.max_tokens_per_turn, room),
+                                 seed=seed, min_tokens=self.config.min_tokens_per_turn)
 
     def _make_gymnasium_env(self) -> Any:
         from envs.loading import make_env
@@ -399,58 +311,6 @@ class RolloutActor:
         }
 
 
-@dataclass
-class _EpisodeRecord:
-    """The growing per-token record of one episode."""
-
-    task_id: str
-    category: str
-
-    def __post_init__(self) -> None:
-        self.token_ids: list[int] = []
-        self.loss_mask: list[int] = []
-        self.behavior_logprobs: list[float] = []
-        self.policy_versions: list[int] = []
-        self.reward = 0.0
-        self.num_turns = 0
-        self.end_reason = END_ENV_ERROR
-        self.info: dict[str, Any] = {}
-
-    def adopt_reset_info(self, info: dict[str, Any]) -> None:
-        self.task_id = str(info.get("task_id", self.task_id))
-        self.category = str(info.get("category", self.category))
-
-    def feed(self, token_ids: Sequence[int]) -> None:
-        """Prompt or environment tokens: not sampled, so no logprob, no version, no loss."""
-        self.token_ids.extend(token_ids)
-        self.loss_mask.extend([0] * len(token_ids))
-        self.behavior_logprobs.extend([0.0] * len(token_ids))
-        self.policy_versions.extend([-1] * len(token_ids))
-
-    def append_sampled(self, turn: SampledTurn) -> None:
-        self.token_ids.extend(turn.token_ids)
-        self.loss_mask.extend([1] * len(turn.token_ids))
-        self.behavior_logprobs.extend(turn.logprobs)
-        self.policy_versions.extend(turn.versions)
-        self.num_turns += 1
-
-    def to_trajectory(self, group_id: str, sampling: dict[str, Any]) -> Trajectory:
-        return Trajectory(
-            task_id=self.task_id,
-            group_id=group_id,
-            token_ids=self.token_ids,
-            loss_mask=self.loss_mask,
-            behavior_logprobs=self.behavior_logprobs,
-            policy_versions=self.policy_versions,
-            reward=self.reward,
-            num_turns=self.num_turns,
-            end_reason=self.end_reason,
-            category=self.category,
-            info=self.info,
-            sampling=sampling,
-        )
-
-
 def make_rollout_actor(
     engine_config: EngineConfig,
     rollout_config: RolloutConfig | None = None,
@@ -479,16 +339,3 @@ def make_rollout_actor(
         max_restarts=max_restarts,
         runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": multiprocessing}},
     ).remote(engine_config, rollout_config, env_factory, name, initial_version)
-
-
-def _task_id(task: dict[str, Any] | None) -> str:
-    return str(task.get("task_id", "")) if task else ""
-
-
-def _category(task: dict[str, Any] | None) -> str:
-    return str(task.get("category", "")) if task else ""
-
-
-def _public_info(info: dict[str, Any]) -> dict[str, Any]:
-    """The env's step info without the tool schemas, which every step would repeat."""
-    return {key: value for key, value in dict(info or {}).items() if key != "tools"}

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_rl.errors import UserError
+
 LEDGER_FILE = "ledger.json"
 # Drop reason of a group dynamic sampling filtered out: all its rewards were equal, so it has no
 # gradient and the learner never sees it.
 FLAT_FILTERED = "flat_filtered"
 
 
-class LedgerError(RuntimeError):
+class LedgerError(UserError, RuntimeError):
     """A group was counted twice or lost: the pipeline's bookkeeping has a bug."""
 
 

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import torch
 
-from agent_rl.advantages import group_advantages, has_reward_variance
-from agent_rl.loss import LossSettings, k3_kl, response_loss
+from agent_rl.learn.advantages import group_advantages, has_reward_variance
+from agent_rl.learn.loss import LossSettings, k3_kl, response_loss
 from agent_rl.trajectory import Group, Trajectory
 
 logger = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent_rl.errors import UserError
 from agent_rl.orchestrate.run_state import RunState
 
 logger = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ CHECKPOINTS_DIR = "checkpoints"
 PREFIX = "update_"
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(UserError, OSError):
     """A checkpoint could not be written (a full disk, no permission); the previous one is kept."""
 
 

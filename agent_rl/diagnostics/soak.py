@@ -20,8 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agent_rl.faults import DRIVER_FAULTS, KILL_LEARNER, FaultConfig, LearnerKilled
-from agent_rl.ledger import read_ledger
+from agent_rl.orchestrate.faults import DRIVER_FAULTS, KILL_LEARNER, FaultConfig, LearnerKilled
+from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.train_config import TrainConfig, load_train_config
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from typing import Any
 
 import datasets
 
-from agent_rl.chat_tokens import ChatTemplateError, ChatTokens, EpisodeTokens
+from agent_rl.errors import UserError
+from agent_rl.rollout.chat_tokens import ChatTemplateError, ChatTokens, EpisodeTokens
 
 __all__ = [
     "DATASET_DIR", "DemonstrationError", "Demonstrations", "chat_file_demonstrations",
@@ -32,7 +33,7 @@ DATASET_DIR = "demonstrations"
 ROLES = ("system", "user", "assistant", "tool")
 
 
-class DemonstrationError(ValueError):
+class DemonstrationError(UserError, ValueError):
     """A demonstration that cannot be rendered or trained on, named with where it came from."""
 
 

@@ -19,7 +19,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent_rl.bench_commands import app as bench_app
+from agent_rl.cli.bench import app as bench_app
+from agent_rl.errors import UserError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -40,48 +41,25 @@ app.add_typer(bench_app, name="bench")
 _VERBOSE = [False]  # set by the -v root option, read by the commands that start workers
 
 
-class UserError(Exception):
-    """An error whose message alone tells the user what to do."""
-
-
-# Exceptions whose message is the whole story for a user, named as strings so that checking an
-# error does not import the heavy module that defines it.
-USER_ERRORS = frozenset({
-    "agent_rl.cli.UserError",
-    "agent_rl.config.ConfigError",
-    "agent_rl.model_store.ModelNotFoundError",
-    "agent_rl.model_store.ModelVerificationError",
-    "agent_rl.model_store.ChatTemplateMissingError",
-    "agent_rl.chat_tokens.ChatTemplateError",
-    "agent_rl.evaluate.EvalError",
-    "agent_rl.eval_report.ReportFormatError",
-    "agent_rl.orchestrate.actor_pool.PipelineError",
-    "agent_rl.ledger.LedgerError",
-    "agent_rl.checkpoint.CheckpointWriteError",
-    "agent_rl.orchestrate.ray_session.RayUnreachableError",
-    "agent_rl.faults.LearnerKilled",
-    "agent_rl.hf_export.InitFromError",
-    "agent_rl.demonstrations.DemonstrationError",
-    "envs.tasks.TaskFileError",
-    "envs.tool_env.UnknownTaskError",
-    "envs.loading.EnvContractError",
-    "kernels.llama.UnsupportedCheckpointError",
-    "kernels.ops.BackendUnavailableError",
-    "sandbox.errors.SandboxError",
-    "sandbox.docker_image.ImageBuildError",
-    "gymnasium.error.Error",
-    "builtins.FileNotFoundError",
-})
-
-
 def is_user_error(error: BaseException) -> bool:
-    return any(f"{cls.__module__}.{cls.__qualname__}" in USER_ERRORS for cls in type(error).__mro__)
+    """Whether `error`'s message alone tells the user what to do (each package's error base;
+    these modules are light, so checking imports nothing heavy)."""
+    import gymnasium.error
+
+    from envs.errors import EnvsError
+    from kernels.errors import KernelsError
+    from sandbox.errors import SandboxError
+
+    bases = (UserError, EnvsError, KernelsError, SandboxError, gymnasium.error.Error,
+             FileNotFoundError)
+    return isinstance(error, bases)
 
 
 def _register_optional_commands() -> None:
     """Attach command groups whose modules live beside the parts they drive."""
-    from agent_rl import env_commands, sandbox_commands
-    from agent_rl.evaluate import compare_command, eval_command
+    from agent_rl.cli import envs as env_commands
+    from agent_rl.cli import sandbox as sandbox_commands
+    from agent_rl.cli.eval import compare_command, eval_command
 
     app.add_typer(env_commands.app, name="env", help="List registered envs and run episodes.")
     app.add_typer(sandbox_commands.app, name="sandbox", help="The sandbox's Docker image.")
@@ -147,8 +125,8 @@ def generate_command(
     check: Annotated[bool, typer.Option(help="Recompute with transformers fp32 and compare.")] = True,
 ) -> None:
     """Answer one prompt with the real vLLM engine; print the text and per-token logprobs."""
-    from agent_rl.generate import generate, teacher_forced_logprobs
     from agent_rl.model_store import resolve_model
+    from agent_rl.rollout.generate import generate, teacher_forced_logprobs
 
     model_dir = resolve_model(model)
     with console.status("starting vLLM and generating"):
@@ -225,8 +203,8 @@ def sft_command(
 ) -> None:
     """Supervised cold start: train on demonstrations (the env oracle's, or your JSONL chats)."""
     from agent_rl.config import parse_key_values
+    from agent_rl.learn.sft import load_sft_config, run_sft
     from agent_rl.model_store import resolve_model
-    from agent_rl.sft import load_sft_config, run_sft
 
     config = load_sft_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
     resolve_model(config.model, config.dtype)  # a missing model is one line, before any output
@@ -257,7 +235,7 @@ def _step_progress(unit: str) -> Progress:
 
 def _already_finished(config: TrainConfig) -> bool:
     """Say whether the run resumes or is done, before anything slow starts; True when done."""
-    from agent_rl.checkpoint import checkpoint_version, latest_checkpoint
+    from agent_rl.learn.checkpoint import checkpoint_version, latest_checkpoint
 
     previous = latest_checkpoint(Path(config.out_dir)) if config.resume else None
     if previous is None:
@@ -274,7 +252,7 @@ def _already_finished(config: TrainConfig) -> bool:
 
 def _print_saved_ledger(run_dir: Path) -> None:
     """On an error or Ctrl-C the pipeline has saved its ledger; show it before the error."""
-    from agent_rl.ledger import LEDGER_FILE, read_ledger
+    from agent_rl.orchestrate.ledger import LEDGER_FILE, read_ledger
 
     if not (run_dir / LEDGER_FILE).exists():
         console.print("stopped before the first update: no group was trained, nothing to resume")
@@ -295,7 +273,7 @@ def soak_command(
     out: Annotated[Path, typer.Option(help="Where soak_report.json goes.")] = Path("runs/soak"),
 ) -> None:
     """Run the tiny-model pipeline with random faults; report faults, losses and the ledger check."""
-    from agent_rl import soak
+    from agent_rl.diagnostics import soak
 
     report = soak.run(console, minutes, fault_every_s=fault_every, config_path=config_path, out_dir=out)
     if not report["ledger_balanced"]:
@@ -310,8 +288,8 @@ def plot_command(
     """Write PNG curves (reward, IS weights, KL, grad norm, lag) and print reward per block."""
     from rich.table import Table
 
+    from agent_rl.diagnostics.plot import plot_run, reward_blocks
     from agent_rl.metrics import read_metrics
-    from agent_rl.plot import plot_run, reward_blocks
 
     for path in plot_run(run_dir):
         console.print(f"wrote {path}")
@@ -339,7 +317,7 @@ def mismatch_command(
                    ] = Path("runs/mismatch"),
 ) -> None:
     """Rollout-vs-learner logprob mismatch, default vs matched kernels, side by side."""
-    from agent_rl import mismatch
+    from agent_rl.diagnostics import mismatch
     from agent_rl.model_store import resolve_model
 
     if out.exists() and not out.is_dir():

@@ -2,7 +2,7 @@
 
 A model that never writes a tool call gets reward 0 on every episode, so RL has no gradient.
 SFT first shows it whole episodes of tool use: masked cross-entropy on the assistant's tokens
-of demonstrations (`agent_rl.demonstrations`), which are rendered exactly as the rollout renders
+of demonstrations (`agent_rl.learn.demonstrations`), which are rendered exactly as the rollout renders
 episodes. It trains the learner's own model (the matched Llama) with its optimizer, and writes
 what an RL run writes: `config.yaml`, `metrics.jsonl`, TensorBoard, and checkpoints, the last
 of which holds a Hugging Face export (`hf/`) that `agent-rl eval --model` and `init_from:` load.
@@ -76,7 +76,7 @@ def load_sft_config(path: str | Path, overrides: dict[str, Any] | None = None) -
 def demonstration_sample(row: dict[str, Any]) -> Any:
     """A demonstration as a learner `Sample`: its model tokens are the ones scored. Samples of
     one batch share a group, so their common prompt is forwarded once."""
-    from agent_rl.learner import Sample
+    from agent_rl.learn.learner import Sample
 
     mask = torch.tensor(row["loss_mask"][1:], dtype=torch.bool)
     positions = mask.nonzero().squeeze(-1)
@@ -93,7 +93,7 @@ def demonstration_sample(row: dict[str, Any]) -> Any:
 def sft_step(learner: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
     """One optimizer step of masked cross-entropy: the mean over the batch's model tokens of
     -log p(token), whatever the micro-batch split."""
-    from agent_rl.learner import micro_batches
+    from agent_rl.learn.learner import micro_batches
 
     start = time.perf_counter()
     samples = [demonstration_sample(row) for row in rows]
@@ -120,7 +120,7 @@ def build_demonstrations(config: SFTConfig, model_dir: Path) -> Any:
     """The run's demonstration dataset: saved in the run dir, reused when it is there."""
     from transformers import AutoTokenizer
 
-    from agent_rl.demonstrations import (
+    from agent_rl.learn.demonstrations import (
         DATASET_DIR,
         Demonstrations,
         chat_file_demonstrations,
@@ -150,9 +150,9 @@ def run_sft(
     on_step: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> SFTSummary:
     """Build (or reuse) the demonstrations, train, and export the final weights."""
-    from agent_rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-    from agent_rl.hf_export import EXPORT_DIR, export_hf_checkpoint
-    from agent_rl.learner import Learner, LearnerSettings, learner_device
+    from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
+    from agent_rl.learn.learner import Learner, LearnerSettings, learner_device
     from agent_rl.metrics import MetricsWriter
     from agent_rl.model_store import resolve_model
     from agent_rl.orchestrate.run_state import RunState

@@ -10,7 +10,7 @@ episode in `info["injected_faults"]`, so the driver can count what was injected 
 episode survived.
 
 All of it is off by default; the `faults:` section of a run config switches it on (see
-`FaultConfig`), and `agent_rl.soak` switches on random faults for a long run. A run with env
+`FaultConfig`), and `agent_rl.diagnostics.soak` switches on random faults for a long run. A run with env
 faults on trains on what they did (the env answered text the model did not write): use it to
 test the pipeline, not to train a model you keep.
 """
@@ -29,6 +29,7 @@ import gymnasium
 from pydantic import Field
 
 from agent_rl.config import StrictModel
+from agent_rl.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ MALFORMED_OUTPUTS: dict[str, str] = {
 }
 
 
-class LearnerKilled(RuntimeError):
+class LearnerKilled(UserError, RuntimeError):
     """Injected: the learner 'died' between two updates; `agent-rl train` again resumes it."""
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from rich.table import Table
 
-from agent_rl.passk import (
+from agent_rl.errors import UserError
+from agent_rl.evaluate.passk import (
     SUCCESS_THRESHOLD,
     BootstrapInterval,
     is_success,
@@ -33,7 +34,7 @@ TRANSCRIPTS_FILE = "transcripts.jsonl"
 REPORT_FORMAT_VERSION = 1
 
 
-class ReportFormatError(ValueError):
+class ReportFormatError(UserError, ValueError):
     """A file given as an evaluation report is not one this version can read."""
 
 

@@ -1,0 +1,177 @@
+"""`agent-rl eval` and `agent-rl compare`: parse, call `agent_rl.evaluate`, print."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from agent_rl.evaluate.report import compare, load_report, model_table, report_table
+from agent_rl.evaluate.runner import COMPARE_FILE, DEFAULT_ENV_ID, EvalError, evaluate
+
+
+def _is_report(path: str) -> bool:
+    candidate = Path(path)
+    return candidate.suffix == ".json" or (candidate / "report.json").is_file()
+
+
+def eval_command(
+    model: Annotated[
+        str | None,
+        typer.Option(help="Checkpoint dir, 'tiny', 'default', or a run dir (its latest checkpoint)."),
+    ] = None,
+    tasks: Annotated[
+        str | None,
+        typer.Option(help="An env id (its own task set) or a task file (.jsonl/.parquet)."),
+    ] = None,
+    split: Annotated[str, typer.Option(help="Task split of the env's task set.")] = "heldout",
+    k: Annotated[int, typer.Option(min=1, help="Samples per task; pass@k is reported.")] = 4,
+    out: Annotated[
+        Path | None, typer.Option(help="Write report.json, report.md, transcripts.jsonl here.")
+    ] = None,
+    compare_with: Annotated[
+        tuple[str, str] | None,
+        typer.Option(
+            "--compare",
+            help="Compare A and B: two report.json files (or eval dirs), or two models to evaluate.",
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option(min=0.0, help="Default: 0 (greedy) for k=1, else 1.0.")
+    ] = None,
+    limit_per_category: Annotated[
+        int | None, typer.Option(min=1, help="Evaluate only the first N tasks of each category.")
+    ] = None,
+    max_tokens_per_turn: Annotated[int, typer.Option(min=1)] = 512,
+    max_turns: Annotated[int | None, typer.Option(min=1, help="Default: the env's.")] = None,
+    context_budget: Annotated[int, typer.Option(min=64, help="Most tokens per episode.")] = 4096,
+    seed: Annotated[int, typer.Option(help="Sampling seed and bootstrap seed.")] = 0,
+    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    env_arg: Annotated[
+        list[str] | None,
+        typer.Option(help="An env argument as KEY=VALUE (YAML value), e.g. "
+                     "plain_text_answers=true or categories=\\[dates]; repeatable."),
+    ] = None,
+) -> None:
+    """Evaluate a model on held-out tasks (macro pass@1, pass@k), or compare two."""
+    console = Console()
+    env_id = DEFAULT_ENV_ID
+    task_file: str | None = None
+    if tasks is not None:
+        if _is_registered_env(tasks):
+            env_id = tasks
+        elif Path(tasks).is_file():
+            task_file = tasks
+        else:
+            raise EvalError(
+                f"--tasks {tasks!r} is neither a registered env id (e.g. {DEFAULT_ENV_ID}) "
+                "nor an existing task file (.jsonl/.parquet)"
+            )
+    run_options = {
+        "env_id": env_id, "tasks": task_file, "split": split, "k": k, "temperature": temperature,
+        "limit_per_category": limit_per_category, "max_tokens_per_turn": max_tokens_per_turn,
+        "max_turns": max_turns, "context_budget": context_budget, "seed": seed,
+        "env_kwargs": parse_env_args(env_arg or []),
+    }
+    if compare_with is None:
+        if model is None:
+            raise EvalError("give --model PATH_OR_RUN, or --compare A B")
+        with _episode_progress(console, f"evaluating {model} (k={k})") as on_episodes:
+            report = evaluate(model, out_dir=out, on_episodes=on_episodes, **run_options)
+        console.print(report_table(report))
+        if out is not None:
+            console.print(f"report, markdown and transcripts written to {out}")
+        return
+    reports = []
+    for name, which in zip(compare_with, ("a", "b"), strict=True):
+        if _is_report(name):
+            reports.append(load_report(Path(name)))
+            continue
+        target = out / which if out is not None else None
+        with _episode_progress(console, f"evaluating {name} (k={k})") as on_episodes:
+            reports.append(evaluate(name, out_dir=target, on_episodes=on_episodes, **run_options))
+    comparison = compare(reports[0], reports[1], num_resamples=resamples, seed=seed,
+                         label_a=compare_with[0], label_b=compare_with[1])
+    console.print(comparison.table())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / COMPARE_FILE).write_text(comparison.markdown())
+        console.print(f"comparison written to {out / COMPARE_FILE}")
+
+
+def compare_command(
+    named_reports: Annotated[
+        list[str], typer.Argument(help="NAME=EVAL_DIR (or report.json), in order, e.g. base=... "
+                                  "sft=... rl=...; the CI is of the last minus the one before.")
+    ],
+    out: Annotated[Path | None, typer.Option(help="Write compare.md and compare.json here.")] = None,
+    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+) -> None:
+    """Models evaluated on the same tasks, side by side: pass@1 per category, tool use, and the
+    bootstrap CI of the last model's gain over the one before it."""
+    reports = {}
+    for item in named_reports:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise EvalError(f"{item!r} is not NAME=EVAL_DIR (e.g. sft=runs/demo/eval-sft)")
+        reports[name] = load_report(Path(path))
+    try:
+        table = model_table(reports, num_resamples=resamples, seed=seed)
+    except ValueError as error:
+        raise EvalError(str(error)) from error
+    console = Console()
+    console.print(table.table())
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / COMPARE_FILE).write_text(table.markdown())
+        (out / "compare.json").write_text(json.dumps(table.to_json(), indent=2) + "\n")
+        console.print(f"written: {out / COMPARE_FILE}, {out / 'compare.json'}")
+
+
+@contextmanager
+def _episode_progress(console: Console, title: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar of episodes done / total with an ETA; yields the hook that moves it."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        bar = progress.add_task(title, total=None)
+        yield lambda done, total: progress.update(bar, completed=done, total=total)
+
+
+def parse_env_args(pairs: Sequence[str]) -> dict[str, Any]:
+    """`["plain_text_answers=true"]` -> `{"plain_text_answers": True}`; values are YAML."""
+    from agent_rl.config import ConfigError, parse_key_values
+
+    try:
+        return parse_key_values(tuple(pairs), "--env-arg")
+    except ConfigError as error:
+        raise EvalError(str(error)) from error
+
+
+def _is_registered_env(name: str) -> bool:
+    """A registered env id, or a `module:id` (its module is imported to register it)."""
+    from envs.loading import EnvContractError, resolve_env_id
+
+    if os.path.exists(name):
+        return False
+    try:
+        resolve_env_id(name)
+    except EnvContractError:
+        return False
+    return True
