@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envs.sandbox_pool import SandboxUnavailableError, acquire_session
+from envs.sandbox_pool import acquire_session
 from envs.tasks import load_tasks
 from envs.tool_calls import DEFAULT_MAX_CALL_CHARS
 from envs.tool_env import ToolEnv, approximate_token_count
@@ -145,11 +145,7 @@ class PythonToolEnv(ToolEnv):
         Returns:
             The printed output, the last expression's value and any error traceback.
         """
-        try:
-            session = self._episode_session()
-        except SandboxUnavailableError as error:
-            return f"Error: the Python sandbox is unavailable here ({error})"
-        result = session.run(code)
+        result = self._episode_session().run(code)  # SandboxUnavailableError: the env broke
         if result.timed_out and self.end_on_timeout:
             self.stop_episode("sandbox_timeout")
         return format_exec_result(result)

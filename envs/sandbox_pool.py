@@ -12,6 +12,8 @@ import logging
 import threading
 from typing import Any
 
+from envs.errors import EnvBrokenError
+
 __all__ = [
     "SandboxUnavailableError",
     "acquire_session",
@@ -28,7 +30,7 @@ _pools: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 
 
-class SandboxUnavailableError(RuntimeError):
+class SandboxUnavailableError(EnvBrokenError):
     """The `sandbox` package cannot be imported or cannot start a session here."""
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from envs.errors import EnvBrokenError
 from envs.tools import ANSWER_TOOL_NAME, Tool, ToolArgumentError
 
 __all__ = [
@@ -259,10 +260,13 @@ def _preview(text: str) -> str:
 
 
 def run_tool_call(call: ToolCall, tools: Mapping[str, Tool]) -> ToolResult:
-    """Run a validated call. A tool's exception becomes an error message for the model."""
+    """Run a validated call. A tool's exception becomes an error message for the model, except
+    `EnvBrokenError`: the env failed, and the step raises it."""
     started = time.perf_counter()
     try:
         value = tools[call.name](**call.arguments)
+    except EnvBrokenError:
+        raise
     except Exception as error:  # noqa: BLE001 - any tool failure is feedback, not a crash
         logger.debug("tool %s raised %r", call.name, error)
         content = f"Error: {type(error).__name__}: {error}"

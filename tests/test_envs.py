@@ -182,6 +182,23 @@ def test_hung_python_call_is_killed_and_ends_the_episode_unless_asked_not_to(
         env.close()
 
 
+def test_a_sandbox_that_cannot_start_breaks_the_step_not_the_agents_reward(monkeypatch):
+    """No bubblewrap on PATH: the step raises, so the episode has no verdict (the rollout
+    counts it as an env error) instead of the model reading an error and scoring 0."""
+    from envs.errors import EnvBrokenError
+    from sandbox import SandboxConfig
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    env = gymnasium.make("agent_rl/PythonTool-v0",
+                         sandbox_config=SandboxConfig(timeout_s=1.25, start_timeout_s=2.0))
+    try:
+        env.reset(options={"task": ADD_TASK})
+        with pytest.raises(EnvBrokenError, match="bwrap"):
+            env.step(python("print(1)"))
+    finally:
+        env.close()
+
+
 def test_python_state_persists_within_an_episode_and_not_across(python_env):
     record = run_episode(python_env, ScriptedPolicy([python("x = 20"), python("x + 22"),
                                                      answer("42")]), task=ADD_TASK)

@@ -97,6 +97,7 @@ def oracle_demonstrations(
 ) -> Demonstrations:
     """The oracle policy on the env's train split (never the held-out one): `per_category`
     tasks of each category (all when None), drawn with `seed`."""
+    from envs.errors import EnvBrokenError
     from envs.loading import env_tasks, make_env
     from envs.policies import OraclePolicy
 
@@ -108,7 +109,12 @@ def oracle_demonstrations(
     env = make_env(env_id, split="train", **kwargs)
     try:
         for task in tasks:
-            row = play_demonstration(env, OraclePolicy(task), tokenizer, task)
+            try:
+                row = play_demonstration(env, OraclePolicy(task), tokenizer, task)
+            except EnvBrokenError as error:  # every other task would fail the same way
+                raise DemonstrationError(
+                    f"the env could not play the oracle's episode of {task.get('task_id')}: "
+                    f"{error}") from error
             if row["reward"] > 0:
                 result.rows.append(row)
             else:
