@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import statistics
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,22 +307,15 @@ def test_recording_writes_html_page_and_contact_sheet(tasks: dict, tmp_path: Pat
 
 
 @needs_desktop
-def test_reset_under_3s_and_step_under_300ms(env: DesktopEnv, tasks: dict) -> None:
-    resets, steps = [], []
+def test_resets_and_clicks_repeat_cleanly(env: DesktopEnv, tasks: dict) -> None:
+    """Two resets of the same task with clicks between: each step answers with an observation
+    and the episode goes on. (Reset and step times are `agent-rl bench env --env
+    agent_rl/Desktop-v0`'s job: a test must not depend on how busy the machine is.)"""
     for _ in range(2):
-        started = time.perf_counter()
         env.reset(options={"task": tasks["editor-append-line"]})
-        resets.append(time.perf_counter() - started)
         for x in (100, 200, 300, 400, 500):
-            started = time.perf_counter()
-            env.step(call("CLICK", x=x, y=300))
-            steps.append(time.perf_counter() - started)
-    print(
-        f"reset median {statistics.median(resets):.2f} s; step median "
-        f"{statistics.median(steps) * 1000:.0f} ms, max {max(steps) * 1000:.0f} ms"
-    )
-    assert statistics.median(resets) < 3.0
-    assert statistics.median(steps) < 0.3
+            observation, _, terminated, truncated, _ = env.step(call("CLICK", x=x, y=300))
+            assert observation and not terminated and not truncated
 
 
 def test_desktop_programs_are_named_when_missing() -> None:
