@@ -56,11 +56,22 @@ def validate_config(data: dict[str, Any], model: type[ModelT], source: str = "co
         raise ConfigError(_explain(err, model, source, overridden)) from None
 
 
+def with_overrides(config: ModelT, overrides: dict[str, Any]) -> ModelT:
+    """A copy of `config` with dotted `overrides` ({"pipeline.mode": "sync"}) applied and the
+    whole tree validated again, as if they had been in the file."""
+    data = config.model_dump(exclude_unset=True)
+    for dotted, value in overrides.items():
+        _set_dotted(data, dotted, value)
+    return validate_config(data, type(config), source="overrides", overridden=set(overrides))
+
+
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
     node = data
     for key in parents:
-        node = node.setdefault(key, {})
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
     node[leaf] = value
 
 
@@ -71,9 +82,14 @@ def _explain(err: ValidationError, model: type[BaseModel], source: str,
     key = ".".join(location)
     if key in overridden:
         source = f"--set {key}"
+    if first["type"] == "value_error":  # a validator's own sentence, about the section at `key`
+        message = first["msg"].removeprefix("Value error, ")
+        return f"{source}: {key}: {message}" if key else f"{source}: {message}"
     if first["type"] == "extra_forbidden":
         valid = _fields_at(model, location[:-1])
-        nearest = difflib.get_close_matches(location[-1], valid, n=1)
+        below = _section_fields(model, location[:-1])
+        nearest = difflib.get_close_matches(location[-1], valid, n=1) or [
+            below[key] for key in difflib.get_close_matches(location[-1], below, n=1, cutoff=0.8)]
         hint = f"did you mean {nearest[0]!r}? " if nearest else ""
         return f"{source}: unknown key {key!r}; {hint}valid keys here: {', '.join(sorted(valid))}"
     return f"{source}: {key} = {first.get('input')!r} is invalid: {first['msg']}"
@@ -87,6 +103,13 @@ def _fields_at(model: type[BaseModel], location: list[str]) -> list[str]:
             return []
         current = field.annotation
     return list(getattr(current, "model_fields", {}))
+
+
+def _section_fields(model: type[BaseModel], location: list[str]) -> dict[str, str]:
+    """The keys one section below `location`, each with its dotted place ("num_updates" ->
+    "pipeline.num_updates"): where a key of the right name but the wrong level belongs."""
+    return {key: f"{section}.{key}" for section in _fields_at(model, location)
+            for key in _fields_at(model, [*location, section])}
 
 
 def parse_key_values(items: list[str] | tuple[str, ...], option: str) -> dict[str, Any]:

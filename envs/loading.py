@@ -23,6 +23,7 @@ import gymnasium
 
 from envs import registration  # noqa: F401 - registers the agent_rl/* environment ids
 from envs.errors import EnvsError
+from envs.latency import StepLatency
 
 SPLITS = ("train", "heldout")
 CONTRACT = ("an env's entry point takes split='train'|'heldout' and the env keeps that split's "
@@ -70,16 +71,18 @@ def resolve_env_id(env_id: str) -> str:
     return name
 
 
-def make_env(env_id: str, **kwargs: Any) -> gymnasium.Env:
-    """`gymnasium.make` for a registered id or `module:id`; a wrong keyword is a clear error."""
+def make_env(env_id: str, *, step_latency: str | None = None, **kwargs: Any) -> gymnasium.Env:
+    """`gymnasium.make` for a registered id or `module:id`; a wrong keyword is a clear error.
+    `step_latency` (see `envs.latency`) makes every step wait that long."""
     name = resolve_env_id(env_id)
     try:
-        return gymnasium.make(name, **kwargs)
+        env = gymnasium.make(name, **kwargs)
+        return StepLatency(env, step_latency) if step_latency else env
     except TypeError as error:
         if "unexpected keyword argument" not in str(error):
             raise
         entry = gymnasium.spec(name).entry_point
-        if "'split'" in str(error):
+        if "argument 'split'" in str(error):
             raise EnvContractError(
                 f"env {env_id!r} ({entry}) takes no `split` argument, so its training tasks "
                 f"cannot be told from its held-out ones; {CONTRACT}") from error

@@ -21,7 +21,11 @@ SMOKE = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
 
 
 def test_a_set_typo_is_blamed_on_set_and_names_the_nearest_key() -> None:
-    with pytest.raises(ConfigError, match=r"--set num_update: unknown key .*'num_updates'"):
+    with pytest.raises(ConfigError, match=r"--set pipeline.num_update: unknown key .*"
+                       r"'num_updates'"):
+        load_train_config(SMOKE, overrides={"pipeline.num_update": 3})
+    with pytest.raises(ConfigError, match=r"--set num_update: unknown key .*"
+                       r"'pipeline.num_updates'"):
         load_train_config(SMOKE, overrides={"num_update": 3})
 
 

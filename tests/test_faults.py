@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from agent_rl.config import ConfigError
+from agent_rl.env_config import EnvConfig
 from agent_rl.learn.checkpoint import (
     CheckpointWriteError,
     RunState,
@@ -25,6 +26,7 @@ from agent_rl.learn.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from agent_rl.learn.learner import LearnerConfig
 from agent_rl.orchestrate.faults import (
     DELAY_BROADCAST,
     DRIVER_FAULTS,
@@ -44,7 +46,9 @@ from agent_rl.orchestrate.faults import (
 from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.orchestrate.pipeline import train
 from agent_rl.orchestrate.ray_session import RayUnreachableError, check_ray_address
-from agent_rl.train_config import TrainConfig, load_train_config
+from agent_rl.rollout.actor import RolloutConfig
+from agent_rl.rollout.engine import EngineConfig
+from agent_rl.train_config import PipelineConfig, TrainConfig, load_train_config
 
 SANDBOX_TIMEOUT_S = 1.0
 
@@ -194,21 +198,14 @@ def faulty_run(local_ray, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("faulty_run")
     config = TrainConfig(
         model="tiny",
-        task_categories=["arithmetic"],
-        group_size=2,
-        groups_per_update=1,
-        groups_in_flight_per_actor=2,
-        mode="async",
-        max_lag=2,
-        num_updates=4,
-        max_turns=2,
-        max_new_tokens=16,
-        max_model_len=512,
-        kv_cache_gib=0.25,
-        lr=1e-4,
         out_dir=out_dir,
-        stall_timeout_s=300.0,
-        sandbox_timeout_s=SANDBOX_TIMEOUT_S,
+        env=EnvConfig(kwargs={"categories": ["arithmetic"], "max_turns": 2},
+                      sandbox_timeout_s=SANDBOX_TIMEOUT_S),
+        rollout=RolloutConfig(group_size=2, max_tokens_per_turn=16),
+        engine=EngineConfig(max_model_len=512, kv_cache_gib=0.25),
+        learner=LearnerConfig(lr=1e-4),
+        pipeline=PipelineConfig(groups_per_update=1, groups_in_flight_per_actor=2, mode="async",
+                                max_lag=2, num_updates=4, stall_timeout_s=300.0),
         faults=FaultConfig(
             kill_actor_at_updates=[1],
             fill_queue_at_updates=[2],

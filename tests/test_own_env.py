@@ -62,8 +62,9 @@ def test_train_and_eval_use_the_envs_own_tasks(env_folder: Path) -> None:
     train_ids, heldout_ids = _train_and_heldout_ids(env_folder)
     assert train_ids and heldout_ids and not train_ids & heldout_ids
     done = _agent_rl(env_folder, "train", str(ROOT / "configs" / "smoke.yaml"),
-                     "--set", "env=unit_conv:you/UnitConv-v0", "--set", "out_dir=run",
-                     "--set", "num_updates=2", "--set", "max_new_tokens=24")
+                     "--set", "env.id=unit_conv:you/UnitConv-v0", "--set", "out_dir=run",
+                     "--set", "pipeline.num_updates=2",
+                     "--set", "rollout.max_tokens_per_turn=24")
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     records = [json.loads(line) for line in (env_folder / "run" / "metrics.jsonl").open()]
     trained = {task for record in records for task in record["groups/task_ids"]}

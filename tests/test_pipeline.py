@@ -11,12 +11,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent_rl.config import ConfigError
+from agent_rl.config import ConfigError, with_overrides
+from agent_rl.env_config import EnvConfig
+from agent_rl.learn.loss import LossConfig
 from agent_rl.metrics import read_metrics
 from agent_rl.orchestrate.ledger import FLAT_FILTERED
 from agent_rl.orchestrate.pipeline import RunSummary, train
 from agent_rl.orchestrate.tasks import TaskStream
-from agent_rl.train_config import TrainConfig, load_train_config
+from agent_rl.train_config import (
+    PipelineConfig,
+    TrainConfig,
+    load_train_config,
+    migrate_flat_config,
+)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -37,51 +44,77 @@ def test_task_stream_is_reproducible_and_covers_every_task_each_pass() -> None:
 )
 def test_shipped_configs_load(name: str) -> None:
     config = load_train_config(CONFIGS / name)
-    assert config.clip is None and config.is_level == "token" and config.kl_coef == 0.0
+    assert config.loss == LossConfig(), "the method: unclipped token-level IS, no KL"
 
 
 def test_unknown_config_key_names_the_nearest_valid_one(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text("max_lagg: 3\n")
-    with pytest.raises(ConfigError, match="did you mean 'max_lag'"):
+    path.write_text("pipeline:\n  max_lagg: 3\n")
+    with pytest.raises(ConfigError, match="pipeline.max_lagg.*did you mean 'max_lag'"):
         load_train_config(path)
 
 
+def test_a_flat_key_names_its_new_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text("env: agent_rl/PythonTool-v0\nlr: 1.0e-5\nmax_new_tokens: 64\n")
+    with pytest.raises(ConfigError, match=r"env -> env.id, lr -> learner.lr, max_new_tokens -> "
+                       r"rollout.max_tokens_per_turn.*agent-rl config migrate"):
+        load_train_config(path)
+    migrated = TrainConfig.model_validate(migrate_flat_config(
+        {"env": "agent_rl/Parity-v0", "lr": 1e-5, "task_categories": ["dates"], "max_turns": 2}))
+    assert migrated.env.id == "agent_rl/Parity-v0" and migrated.learner.lr == 1e-5
+    assert migrated.env.kwargs == {"categories": ["dates"], "max_turns": 2}
+
+
+@pytest.mark.parametrize("key, value, place", [
+    ("engine.dtype", "float32", "dtype"), ("rollout.env_id", "x", "env.id"),
+    ("rollout.seed", 1, "seed"), ("engine.model", "x", "model"),
+])
+def test_a_component_field_the_run_fills_is_refused(tmp_path: Path, key: str, value: object,
+                                                    place: str) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("model: tiny\n")
+    with pytest.raises(ConfigError, match=rf"{key} is set by the run; set {place}"):
+        load_train_config(path, overrides={key: value})
+
+
+def test_sampling_the_learner_cannot_score_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="importance weights"):
+        with_overrides(TrainConfig(), {"rollout.top_p": 0.9})
+
+
 def test_misspelled_env_kwargs_fail_before_anything_starts(tmp_path: Path) -> None:
-    config = TrainConfig(env_kwargs={"plain_txt_answers": True}, out_dir=tmp_path)
+    config = TrainConfig(env=EnvConfig(kwargs={"plain_txt_answers": True}), out_dir=tmp_path)
     with pytest.raises(ValueError, match="plain_txt_answers"):
         train(config)
 
 
 def test_sync_mode_means_lag_zero() -> None:
-    assert TrainConfig(mode="sync", max_lag=64).effective_max_lag == 0
+    assert PipelineConfig(mode="sync", max_lag=64).effective_max_lag == 0
 
 
-def _config(out_dir: Path, **overrides: object) -> TrainConfig:
-    settings = {
+def _config(out_dir: Path, overrides: dict[str, object]) -> TrainConfig:
+    """The tests' run on the tiny model; `overrides` are dotted keys, as `--set` takes them."""
+    base = TrainConfig.model_validate({
         "model": "tiny",
-        "task_categories": ["arithmetic"],
-        "group_size": 2,
-        "groups_per_update": 1,
-        "groups_in_flight_per_actor": 4,
-        "max_turns": 2,
-        "max_new_tokens": 16,
-        "max_model_len": 512,
-        "kv_cache_gib": 0.25,
-        "lr": 1e-4,
         "out_dir": out_dir,
-        "stall_timeout_s": 300.0,
-        **overrides,
-    }
-    return TrainConfig(**settings)  # type: ignore[arg-type]
+        "env": {"kwargs": {"categories": ["arithmetic"], "max_turns": 2}},
+        "rollout": {"group_size": 2, "max_tokens_per_turn": 16},
+        "engine": {"max_model_len": 512, "kv_cache_gib": 0.25},
+        "learner": {"lr": 1e-4},
+        "pipeline": {"groups_per_update": 1, "groups_in_flight_per_actor": 4,
+                     "stall_timeout_s": 300.0},
+    })
+    return with_overrides(base, overrides)
 
 
 @pytest.fixture(scope="module")
 def async_run(local_ray, tmp_path_factory) -> tuple[RunSummary, list[dict]]:
     out_dir = tmp_path_factory.mktemp("async_run")
     seen: list[dict] = []
-    config = _config(out_dir, mode="async", max_lag=3, num_updates=5, checkpoint_every=2,
-                     eval_every=5, eval_tasks=2)
+    config = _config(out_dir, {"pipeline.mode": "async", "pipeline.max_lag": 3,
+                               "pipeline.num_updates": 5, "pipeline.checkpoint_every": 2,
+                               "pipeline.eval_every": 5, "env.eval_tasks": 2})
     return train(config, on_update=seen.append), seen
 
 
@@ -131,7 +164,8 @@ def test_resume_in_sync_mode_has_lag_zero_and_unit_weights_with_matched_kernels(
         tensor.add_(0.01 * torch.randn(tensor.shape, generator=generator))
     torch.save(learner_state, checkpoint / "learner.pt")
 
-    resumed = train(_config(summary.run_dir, mode="sync", num_updates=6))
+    resumed = train(_config(summary.run_dir, {"pipeline.mode": "sync",
+                                              "pipeline.num_updates": 6}))
     assert resumed.resumed_from == 5
     assert resumed.updates == 6
     record = read_metrics(summary.run_dir)[-1]
@@ -155,8 +189,9 @@ def test_dynamic_sampling_steps_only_on_groups_with_reward_variance(
     # samples every group at a known version, so which groups are flat does not hang on timing.
     # Prefix caching and the shared-prompt learner pass are on too: at lag 0 the learner must
     # still recompute every sampled token's logprob bit for bit.
-    config = _config(tmp_path, env="agent_rl/Parity-v0", mode="sync", num_updates=3,
-                     dynamic_sampling=True, prefix_caching=True, seed=3)
+    config = _config(tmp_path, {"env.id": "agent_rl/Parity-v0", "pipeline.mode": "sync",
+                                "pipeline.num_updates": 3, "pipeline.dynamic_sampling": True,
+                                "engine.enable_prefix_caching": True, "seed": 3})
     summary = train(config)
     records = read_metrics(summary.run_dir)
     assert [r["policy_version"] for r in records] == [1, 2, 3]

@@ -24,28 +24,21 @@ NUM_UPDATES = 4
 KILLED_AFTER = 3  # between the checkpoint at 2 and the end: update 3 is trained twice in all
 
 
-def _config(out_dir: Path, **overrides: object) -> TrainConfig:
-    settings = {
+def _config(out_dir: Path, faults: FaultConfig | None = None) -> TrainConfig:
+    return TrainConfig.model_validate({
         "model": "tiny",
-        # Rewards a random model earns half the time: groups vary, so the learner really steps.
-        "env": "agent_rl/Parity-v0",
-        "task_categories": ["arithmetic"],
-        "group_size": 2,
-        "groups_per_update": 2,
-        "mode": "sync",
-        "num_updates": NUM_UPDATES,
-        "checkpoint_every": 2,
-        "max_turns": 2,
-        "max_new_tokens": 16,
-        "max_model_len": 512,
-        "kv_cache_gib": 0.25,
-        "lr": 1e-4,
         "seed": 7,
         "out_dir": out_dir,
-        "stall_timeout_s": 300.0,
-        **overrides,
-    }
-    return TrainConfig(**settings)  # type: ignore[arg-type]
+        # Rewards a random model earns half the time: groups vary, so the learner really steps.
+        "env": {"id": "agent_rl/Parity-v0",
+                "kwargs": {"categories": ["arithmetic"], "max_turns": 2}},
+        "rollout": {"group_size": 2, "max_tokens_per_turn": 16},
+        "engine": {"max_model_len": 512, "kv_cache_gib": 0.25},
+        "learner": {"lr": 1e-4},
+        "pipeline": {"groups_per_update": 2, "mode": "sync", "num_updates": NUM_UPDATES,
+                     "checkpoint_every": 2, "stall_timeout_s": 300.0},
+        "faults": faults or FaultConfig(),
+    })
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from agent_rl.env_config import EnvConfig
 from agent_rl.learn.demonstrations import (
     DemonstrationError,
     chat_file_demonstrations,
@@ -21,7 +22,7 @@ from agent_rl.learn.demonstrations import (
     play_demonstration,
 )
 from agent_rl.learn.hf_export import InitFromError, resolve_init_from
-from agent_rl.learn.learner import Learner, LearnerSettings
+from agent_rl.learn.learner import Learner, LearnerConfig
 from agent_rl.learn.sft import SFTConfig, demonstration_sample, run_sft, sft_step
 from envs.loading import make_env
 from envs.policies import OraclePolicy
@@ -114,8 +115,7 @@ def test_only_the_assistant_turns_are_model_tokens(tokenizer, demos):
 
 
 def test_the_loss_is_the_mean_negative_logprob_of_model_tokens_only(tiny_model, demos):
-    learner = Learner(LearnerSettings(model_dir=tiny_model, lr=1e-9, temperature=1.0,
-                                      micro_batch_tokens=600))
+    learner = Learner(tiny_model, LearnerConfig(lr=1e-9, micro_batch_tokens=600))
     expected = []
     for row in demos:
         logprobs = learner.token_logprobs(row["token_ids"])
@@ -127,16 +127,16 @@ def test_the_loss_is_the_mean_negative_logprob_of_model_tokens_only(tiny_model, 
 
 
 def test_sft_loss_falls_on_the_tiny_model(tiny_model, demos):
-    learner = Learner(LearnerSettings(model_dir=tiny_model, lr=3e-3, temperature=1.0))
+    learner = Learner(tiny_model, LearnerConfig(lr=3e-3))
     losses = [sft_step(learner, demos)["losses/sft_loss"] for _ in range(6)]
     assert losses[-1] < 0.8 * losses[0], losses
     assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
 
 
 def test_sft_run_writes_a_checkpoint_that_eval_and_init_from_load(tiny_model, tmp_path):
-    config = SFTConfig(model=str(tiny_model), task_categories=["arithmetic"],
-                       demos_per_category=3, batch_size=2, epochs=1, lr=1e-4,
-                       out_dir=tmp_path / "sft")
+    config = SFTConfig(model=str(tiny_model), env=EnvConfig(kwargs={"categories": ["arithmetic"]}),
+                       demos_per_category=3, batch_size=2, epochs=1,
+                       learner=LearnerConfig(lr=1e-4), out_dir=tmp_path / "sft")
     summary = run_sft(config)
     assert summary.steps == 2 and summary.demonstrations == 3
     assert (tmp_path / "sft" / "demonstrations" / "dataset_info.json").exists()
@@ -149,7 +149,7 @@ def test_sft_run_writes_a_checkpoint_that_eval_and_init_from_load(tiny_model, tm
     assert resolve_eval_model(str(tmp_path / "sft")).model_dir == folder
     from kernels.llama import MatchedLlama
     loaded = MatchedLlama.from_pretrained(folder, dtype=torch.float32)
-    learner = Learner(LearnerSettings(model_dir=folder))
+    learner = Learner(folder)
     row = chat_file_demonstrations(_chat_file(tmp_path, [_conversation()]),
                                    AutoTokenizer.from_pretrained(folder)).rows[0]
     ids = torch.tensor(row["token_ids"])

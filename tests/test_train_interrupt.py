@@ -35,7 +35,7 @@ def _interrupt(process: subprocess.Popen) -> str:
 def test_ctrl_c_prints_and_saves_a_balanced_ledger(tmp_path: Path) -> None:
     out_dir = tmp_path / "run"
     command = [sys.executable, "-m", "agent_rl.cli.main", "train", "configs/smoke.yaml",
-               "--set", f"out_dir={out_dir}", "--set", "num_updates=1000"]
+               "--set", f"out_dir={out_dir}", "--set", "pipeline.num_updates=1000"]
     # Started with SIGINT ignored, as a shell starts a background job (and as CI may run us):
     # the run must still stop on SIGINT.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

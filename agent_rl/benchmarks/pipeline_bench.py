@@ -1,67 +1,103 @@
 """Asynchronous (lag 64) vs synchronous training: updates per hour on the same tasks.
 
-Both runs use the same config file, seed, task order and number of updates; only `mode` differs.
-The figure is training throughput from the first submitted group to the last update, so engine
-and Ray start-up are left out. The method reports 2.40x on 16 GPUs; on a 2-core CPU box rollout
-and learner share the same cores, so expect far less overlap to win.
+Both runs use the same config file, seed, task order, number of updates and env latency; only
+`mode` differs. The figure is training throughput from the first submitted group to the last
+update, so engine and Ray start-up are left out. With `latencies`, each env step waits as long
+as the profile says (`envs.latency`: a sleep, not CPU), which is where agentic RL spends its time
+and where overlap pays; each profile is one async/sync pair. The runs stay in `runs_dir`, so
+`agent-rl simulate --calibrate` can read their costs.
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from agent_rl.config import with_overrides
 from agent_rl.orchestrate.pipeline import RunSummary, train
-from agent_rl.train_config import load_train_config
+from agent_rl.train_config import TrainConfig, load_train_config
 
 
-def run(console: Console, config_path: str | Path, updates: int) -> dict[str, Any]:
-    """Train `updates` updates async (max_lag 64) and sync from `config_path`; print the ratio."""
+def run(console: Console, config_path: str | Path, updates: int,
+        latencies: list[str | None] | None = None,
+        runs_dir: str | Path = "runs/bench_pipeline") -> dict[str, Any]:
+    """Train `updates` updates async (max_lag 64) and sync from `config_path` under each env
+    latency profile (None: the env's own speed); print the ratios."""
     base = load_train_config(config_path)
-    results: dict[str, RunSummary] = {}
-    with tempfile.TemporaryDirectory(prefix="agent-rl-bench-") as scratch:
+    profiles = []
+    for latency in latencies or [None]:
+        results = {mode: _train(console, base, mode, updates, latency,
+                                Path(runs_dir) / _slug(latency) / mode)
+                   for mode in ("async", "sync")}
+        profiles.append(_profile(latency, results))
+    table = Table("env latency", "mode", "updates", "train wall (s)", "updates/hour", "max lag",
+                  "learner busy", "env wait / episode (s)")
+    for profile in profiles:
         for mode in ("async", "sync"):
-            config = base.model_copy(
-                update={
-                    "mode": mode,
-                    "max_lag": 64,
-                    "num_updates": updates,
-                    "out_dir": Path(scratch) / mode,
-                    "resume": False,
-                    "checkpoint_every": 0,
-                    "eval_every": 0,
-                }
-            )
-            console.log(f"training {updates} updates in {mode} mode from {config_path}")
-            results[mode] = train(config)
-    ratio = (
-        results["async"].updates_per_hour / results["sync"].updates_per_hour
-        if results["sync"].updates_per_hour > 0
-        else float("nan")
-    )
-    table = Table("mode", "updates", "train wall (s)", "updates/hour", "max lag", "groups trained")
-    for mode, summary in results.items():
-        table.add_row(
-            mode,
-            str(summary.updates),
-            f"{summary.train_wall_s:.1f}",
-            f"{summary.updates_per_hour:.1f}",
-            str(summary.lag_max),
-            str(summary.ledger["trained"]),
-        )
+            row = profile[mode]
+            table.add_row(profile["env_latency"] or "none", mode, str(row["updates"]),
+                          f"{row['train_wall_s']:.1f}", f"{row['updates_per_hour']:.1f}",
+                          str(row["lag_max"]), f"{row['learner_busy_share']:.0%}",
+                          f"{row['env_wait_s_per_episode']:.1f}")
     console.print(table)
-    console.print(f"async / sync updates per hour: [bold]{ratio:.2f}x[/bold]")
-    return {
-        "config": str(config_path),
-        "updates": updates,
-        "async_updates_per_hour": results["async"].updates_per_hour,
-        "sync_updates_per_hour": results["sync"].updates_per_hour,
-        "async_train_wall_s": results["async"].train_wall_s,
-        "sync_train_wall_s": results["sync"].train_wall_s,
-        "async_lag_max": results["async"].lag_max,
-        "speedup": ratio,
+    for profile in profiles:
+        console.print(f"env latency {profile['env_latency'] or 'none'}: async / sync updates per "
+                      f"hour [bold]{profile['async_over_sync']:.2f}x[/bold]")
+    return {"config": str(config_path), "updates": updates, "profiles": profiles}
+
+
+def _train(console: Console, base: TrainConfig, mode: str, updates: int, latency: str | None,
+           out_dir: Path) -> RunSummary:
+    config = with_overrides(base, {
+        "pipeline.mode": mode,
+        "pipeline.max_lag": 64,
+        "pipeline.num_updates": updates,
+        "pipeline.checkpoint_every": 0,
+        "pipeline.eval_every": 0,
+        "env.step_latency": latency,
+        "out_dir": str(out_dir),
+        "resume": False,
+    })
+    console.log(f"training {updates} updates in {mode} mode, env latency {latency or 'none'}")
+    return train(config)
+
+
+def _profile(latency: str | None, results: dict[str, RunSummary]) -> dict[str, Any]:
+    """One latency profile's pair of runs, with where their time went."""
+    sync = results["sync"].updates_per_hour
+    profile: dict[str, Any] = {
+        "env_latency": latency,
+        "async_over_sync": results["async"].updates_per_hour / sync if sync else float("nan"),
     }
+    for mode, summary in results.items():
+        records = _metrics(summary.run_dir)
+        learner_s = sum(r.get("perf/update_s", 0.0) for r in records)
+        responses = sum(r.get("charts/responses", 0) for r in records) or 1
+        env_wait = sum(r.get("perf/env_latency_s_mean", 0.0) * r.get("charts/responses", 0)
+                       for r in records)
+        profile[mode] = {
+            "run_dir": str(summary.run_dir),
+            "updates": summary.updates,
+            "train_wall_s": summary.train_wall_s,
+            "updates_per_hour": summary.updates_per_hour,
+            "lag_max": summary.lag_max,
+            "learner_busy_share": learner_s / summary.train_wall_s if summary.train_wall_s else 0,
+            "env_wait_s_per_episode": env_wait / responses,
+        }
+    return profile
+
+
+def _metrics(run_dir: Path) -> list[dict[str, Any]]:
+    import json
+
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _slug(latency: str | None) -> str:
+    if latency is None:
+        return "no-latency"
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in latency)

@@ -129,12 +129,22 @@ def bench_gemm(
 def bench_pipeline(
     config: Annotated[Path, typer.Option(help="The run config both modes use.")] = Path("configs/smoke.yaml"),
     updates: Annotated[int, typer.Option(min=1)] = 4,
+    env_latency: Annotated[list[str] | None, typer.Option(
+        help="An env latency profile (repeatable): fixed:2.5, lognormal:2.5,1.0 or "
+        "trace:FILE.json; each gets an async/sync pair.")] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Where the runs stay.")] = Path(
+        "runs/bench_pipeline"),
     out: OutOption = None,
 ) -> None:
-    """Async (max_lag from the config) vs sync training for the same updates: updates/hour ratio."""
+    """Async (max_lag 64) vs sync training for the same updates: updates/hour ratio, per env
+    latency profile."""
     from agent_rl.benchmarks import pipeline_bench
+    from envs.latency import parse_latency
 
-    _save(pipeline_bench.run(console, config, updates=updates), out, "pipeline")
+    for spec in env_latency or []:
+        parse_latency(spec)  # a bad profile fails before any engine starts
+    _save(pipeline_bench.run(console, config, updates=updates, latencies=env_latency,
+                             runs_dir=runs_dir), out, "pipeline")
 
 
 @app.command("rollout")

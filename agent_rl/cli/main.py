@@ -57,14 +57,18 @@ def is_user_error(error: BaseException) -> bool:
 
 def _register_optional_commands() -> None:
     """Attach command groups whose modules live beside the parts they drive."""
+    from agent_rl.cli import config as config_commands
     from agent_rl.cli import envs as env_commands
     from agent_rl.cli import sandbox as sandbox_commands
     from agent_rl.cli.eval import compare_command, eval_command
+    from agent_rl.cli.simulate import simulate_command
 
     app.add_typer(env_commands.app, name="env", help="List registered envs and run episodes.")
     app.add_typer(sandbox_commands.app, name="sandbox", help="The sandbox's Docker image.")
+    app.add_typer(config_commands.app, name="config", help="Check and migrate run configs.")
     app.command("eval")(eval_command)
     app.command("compare")(compare_command)
+    app.command("simulate")(simulate_command)
 
 
 @app.callback()
@@ -150,7 +154,7 @@ def generate_command(
 def train_command(
     config_path: Annotated[Path, typer.Argument(help="A YAML run config, e.g. configs/smoke.yaml.")],
     overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a config key: --set num_updates=20.")
+        list[str] | None, typer.Option("--set", help="Override a config key: --set pipeline.num_updates=20.")
     ] = None,
 ) -> None:
     """Train: rollout actors and the learner on Ray, asynchronous up to max_lag (or sync)."""
@@ -160,20 +164,21 @@ def train_command(
 
     config = load_train_config(config_path, overrides=parse_key_values(overrides or [], "--set"))
     if _VERBOSE[0]:
-        config = config.model_copy(update={"show_worker_logs": True})
+        config = config.model_copy(update={
+            "pipeline": config.pipeline.model_copy(update={"show_worker_logs": True})})
     if _already_finished(config):
         return
     from agent_rl.orchestrate.launch import resolve_run_model
 
     resolve_run_model(config)  # a missing model is one line, before any output
-    if not config.show_worker_logs:
+    if not config.pipeline.show_worker_logs:
         console.print(f"Ray and vLLM worker logs: {Path(config.out_dir) / 'worker_logs'} "
                       "(agent-rl -v train ... shows them here)")
     # A shell starts background jobs with SIGINT ignored, and Python then keeps ignoring it; a
     # `kill -INT` must still stop the run cleanly and save its ledger.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with _step_progress("update") as progress:
-        bar = progress.add_task("starting actors", total=config.num_updates)
+        bar = progress.add_task("starting actors", total=config.pipeline.num_updates)
 
         def on_update(metrics: dict) -> None:
             progress.update(bar, completed=metrics.get("step", 0), description=(
@@ -240,13 +245,13 @@ def _already_finished(config: TrainConfig) -> bool:
     previous = latest_checkpoint(Path(config.out_dir)) if config.resume else None
     if previous is None:
         return False
-    version = checkpoint_version(previous)
-    if version >= config.num_updates:
-        console.print(f"{config.out_dir} has already finished: update {version} of "
-                      f"{config.num_updates} ({previous}). Raise num_updates to train on, or "
-                      "choose another out_dir for a new run.")
+    version, total = checkpoint_version(previous), config.pipeline.num_updates
+    if version >= total:
+        console.print(f"{config.out_dir} has already finished: update {version} of {total} "
+                      f"({previous}). Raise pipeline.num_updates to train on, or choose another "
+                      "out_dir for a new run.")
         return True
-    console.print(f"resuming from update {version} of {config.num_updates} ({previous})")
+    console.print(f"resuming from update {version} of {total} ({previous})")
     return False
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agent_rl.config import with_overrides
 from agent_rl.orchestrate.faults import DRIVER_FAULTS, KILL_LEARNER, FaultConfig, LearnerKilled
 from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.train_config import TrainConfig, load_train_config
@@ -46,20 +47,18 @@ def soak_config(
         env_raise_every=29,
         seed=seed,
     )
-    return base.model_copy(
-        update={
-            # The env faults (sandbox kills and hangs) need the Python tool env.
-            "env": "agent_rl/PythonTool-v0",
-            "task_categories": base.task_categories or ["arithmetic"],
-            "out_dir": run_dir,
-            "num_updates": 1_000_000,
-            "max_wall_s": seconds,
-            "checkpoint_every": 2,  # a killed learner loses at most two updates
-            "sandbox_timeout_s": 2.0,
-            "resume": True,
-            "faults": faults,
-        }
-    )
+    return with_overrides(base, {
+        # The env faults (sandbox kills and hangs) need the Python tool env.
+        "env.id": "agent_rl/PythonTool-v0",
+        "env.kwargs.categories": base.env.kwargs.get("categories") or ["arithmetic"],
+        "env.sandbox_timeout_s": 2.0,
+        "out_dir": run_dir,
+        "resume": True,
+        "pipeline.num_updates": 1_000_000,
+        "pipeline.max_wall_s": seconds,
+        "pipeline.checkpoint_every": 2,  # a killed learner loses at most two updates
+        "faults": faults.model_dump(),
+    })
 
 
 def run(
@@ -164,7 +163,8 @@ def _report(
 def _group_size(run_dir: Path) -> int:
     import yaml
 
-    return int(yaml.safe_load((run_dir / "config.yaml").read_text())["group_size"])
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    return int(config["rollout"]["group_size"])
 
 
 def _print_report(console: Console, report: dict[str, Any], run_dir: Path) -> None:

@@ -17,14 +17,16 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from pydantic import Field
 
+from agent_rl.config import StrictModel
 from agent_rl.learn.advantages import group_advantages, has_reward_variance
-from agent_rl.learn.loss import LossSettings, k3_kl, response_loss
+from agent_rl.learn.loss import LossConfig, k3_kl, response_loss
 from agent_rl.trajectory import Group, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -34,26 +36,32 @@ class LearnerError(RuntimeError):
     """Data the learner cannot train on, or a model it cannot build."""
 
 
-@dataclass(frozen=True)
-class LearnerSettings:
-    """Everything the learner needs; built from `TrainConfig` by `learner_settings`."""
+class LearnerConfig(StrictModel):
+    """The learner's knobs: the optimizer, its batches and where it runs. The model, dtype,
+    temperature and seed are the run's and are given to `Learner` beside this."""
 
-    model_dir: Path
-    matched_kernels: bool = True
-    dtype: str = "float32"
-    lr: float = 1e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    adam_eps: float = 1e-8
-    max_grad_norm: float | None = None  # None: never clip, but the norm is always measured
-    micro_batch_tokens: int = 8192
-    activation_checkpointing: bool = False
-    temperature: float = 1.0
-    loss: LossSettings = field(default_factory=LossSettings)
-    diagnose_flat_groups: bool = True  # forward flat groups (no gradient) for IS/KL metrics
-    share_prompt: bool = True  # a group's common prompt is forwarded once (matched kernels)
-    seed: int = 0
-    device: str = "cpu"  # where the model, optimizer and recomputed logprobs live
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
+    max_grad_norm: float | None = Field(
+        None, gt=0, description="clip gradients here; None: never (the norm is always measured)"
+    )
+    micro_batch_tokens: int = Field(8192, ge=1, description="token budget of one backward pass")
+    activation_checkpointing: bool = Field(
+        False, description="recompute activations to fit long sequences"
+    )
+    diagnose_flat_groups: bool = Field(
+        True, description="forward zero-variance groups (no gradient) so IS/KL cover all tokens"
+    )
+    share_prompt: bool = Field(
+        True, description="forward a group's common prompt once (matched kernels; same logprobs)"
+    )
+    device: str = Field(
+        "cpu", pattern=r"^(cpu|cuda(:[0-9]+)?)$",
+        description="where the model, optimizer and recomputed logprobs live: cpu or cuda",
+    )
+    threads: int | None = Field(None, ge=1, description="torch threads of the learner; None: default")
 
 
 class PolicyModel(Protocol):
@@ -189,26 +197,34 @@ def micro_batches(samples: list[Sample], token_budget: int) -> Iterator[list[Sam
 class Learner:
     """Owns the model and the optimizer; `version` counts the optimizer updates taken."""
 
-    def __init__(self, settings: LearnerSettings) -> None:
-        self.settings = settings
-        self.device = learner_device(settings.device)
-        torch.manual_seed(settings.seed)
-        policy_class = MatchedPolicy if settings.matched_kernels else TransformersPolicy
+    def __init__(
+        self,
+        model_dir: Path,
+        config: LearnerConfig | None = None,
+        loss: LossConfig | None = None,
+        *,
+        matched_kernels: bool = True,
+        dtype: str = "float32",
+        temperature: float = 1.0,
+        seed: int = 0,
+    ) -> None:
+        self.config = config = config or LearnerConfig()
+        self.loss = loss or LossConfig()
+        self.device = learner_device(config.device)
+        torch.manual_seed(seed)
+        policy_class = MatchedPolicy if matched_kernels else TransformersPolicy
         self.policy: PolicyModel = policy_class(
-            settings.model_dir,
-            settings.dtype,
-            settings.temperature,
-            settings.activation_checkpointing,
+            model_dir, dtype, temperature, config.activation_checkpointing
         )
         self.policy.module.to(self.device)
         self.policy.module.train()
         self.parameters = [p for p in self.policy.module.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.parameters,
-            lr=settings.lr,
-            betas=settings.betas,
-            weight_decay=settings.weight_decay,
-            eps=settings.adam_eps,
+            lr=config.lr,
+            betas=config.betas,
+            weight_decay=config.weight_decay,
+            eps=config.adam_eps,
         )
         self.version = 0
 
@@ -237,7 +253,7 @@ class Learner:
         if not groups:
             raise LearnerError("an update needs at least one group")
         trained_at = self.version
-        loss_settings = self.settings.loss
+        loss_config = self.loss
 
         b_samples: list[Sample] = []
         b_lags: list[torch.Tensor] = []
@@ -258,8 +274,8 @@ class Learner:
                     continue
                 # A flat group has A = 0 for every response, so no gradient (unless a KL term
                 # gives it one): it is forwarded without a graph, for the IS and KL metrics only.
-                sample.needs_grad = not flat or bool(loss_settings.kl_coef)
-                if sample.needs_grad or self.settings.diagnose_flat_groups:
+                sample.needs_grad = not flat or bool(loss_config.kl_coef)
+                if sample.needs_grad or self.config.diagnose_flat_groups:
                     b_samples.append(sample)
 
         lags = torch.cat(b_lags) if b_lags else torch.zeros(0, dtype=torch.long)
@@ -274,12 +290,12 @@ class Learner:
         total_loss = 0.0
         forward_tokens = 0
         self.optimizer.zero_grad(set_to_none=True)
-        for mb_samples in micro_batches(b_samples, self.settings.micro_batch_tokens):
+        for mb_samples in micro_batches(b_samples, self.config.micro_batch_tokens):
             mb_loss = torch.zeros((), device=self.device)
             for sample, logprobs in self.sampled_logprobs(mb_samples):
                 if sample.needs_grad:
                     behavior = sample.behavior_logprobs.to(logprobs.device, logprobs.dtype)
-                    loss = response_loss(logprobs, behavior, sample.advantage, loss_settings)
+                    loss = response_loss(logprobs, behavior, sample.advantage, loss_config)
                     mb_loss = mb_loss + loss
                 with torch.no_grad():
                     learner_logprobs = logprobs.double().cpu()
@@ -339,8 +355,8 @@ class Learner:
         first sampled token's row; 0 when sharing is off, impossible or not worth it."""
         if (
             len(run) < 2
-            or not self.settings.share_prompt
-            or self.settings.activation_checkpointing
+            or not self.config.share_prompt
+            or self.config.activation_checkpointing
             or not hasattr(self.policy, "shared_prefix_logprobs")
         ):
             return 0
@@ -369,8 +385,8 @@ class Learner:
         if not grads:
             return 0.0
         norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-        if self.settings.max_grad_norm is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.parameters, self.settings.max_grad_norm, norm)
+        if self.config.max_grad_norm is not None:
+            torch.nn.utils.clip_grads_with_norm_(self.parameters, self.config.max_grad_norm, norm)
         return float(norm)
 
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
@@ -391,16 +407,16 @@ class Learner:
 
 
 def learner_device(name: str) -> torch.device:
-    """The device `learner_device` names, checked before any model is built."""
+    """The device `learner.device` names, checked before any model is built."""
     try:
         device = torch.device(name)
     except RuntimeError as error:
-        raise LearnerError(f"learner_device {name!r} is not a device; use 'cpu' or 'cuda'") from error
+        raise LearnerError(f"learner.device {name!r} is not a device; use 'cpu' or 'cuda'") from error
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise LearnerError(f"learner_device {name!r} asks for a CUDA GPU, but torch sees none "
-                           f"(torch {torch.__version__}); use learner_device: cpu")
+        raise LearnerError(f"learner.device {name!r} asks for a CUDA GPU, but torch sees none "
+                           f"(torch {torch.__version__}); use learner.device: cpu")
     if device.type not in ("cpu", "cuda"):
-        raise LearnerError(f"learner_device {name!r}: the learner runs on 'cpu' or 'cuda'")
+        raise LearnerError(f"learner.device {name!r}: the learner runs on 'cpu' or 'cuda'")
     return device
 
 
@@ -446,5 +462,8 @@ def group_metrics(groups: list[Group]) -> dict[str, float]:
         "charts/episode_tokens_mean": sum(len(t.token_ids) for t in trajectories)
         / len(trajectories),
         "charts/turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
+        # what an env latency profile (envs.latency) made each episode wait, in all
+        "perf/env_latency_s_mean": sum(t.info.get("env_latency_total_s", 0.0)
+                                       for t in trajectories) / len(trajectories),
         **{f"charts/end_{reason}": count for reason, count in end_reasons.items()},
     }

@@ -7,36 +7,35 @@ logp_behavior_t) corrects for the rollout having sampled with older weights. The
 
 and the gradient flows through w_t (d w_t = w_t * d logp_learner_t), so at lag 0 with matched
 kernels (w_t == 1) it is exactly the plain REINFORCE gradient of mean_i(A_i * mean_t logp_t).
-The alternatives in `LossSettings` (a truncation value, one weight per sequence, a KL penalty)
+The alternatives in `LossConfig` (a truncation value, one weight per sequence, a KL penalty)
 are switches that default off. Inputs hold model tokens only: the caller applies `loss_mask`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from pydantic import Field
+
+from agent_rl.config import StrictModel
 
 ISLevel = Literal["token", "sequence"]
 
 
-@dataclass(frozen=True)
-class LossSettings:
+class LossConfig(StrictModel):
     """Switches of the objective; the defaults are the method (no clip, token IS, no KL)."""
 
-    clip: float | None = None  # truncate weights at this value (TIS); None keeps them unclipped
-    is_level: ISLevel = "token"  # "sequence": one weight per response, the sequence ratio
-    kl_coef: float = 0.0  # weight of a k3 KL penalty towards the behavior policy
+    clip: float | None = Field(None, gt=0, description="truncate IS weights here (TIS); None: unclipped")
+    is_level: ISLevel = Field(
+        "token", description="IS weight per token, or 'sequence': one ratio per response"
+    )
+    kl_coef: float = Field(0.0, ge=0, description="weight of a k3 KL penalty towards the behavior policy")
 
-    def __post_init__(self) -> None:
-        if self.clip is not None and self.clip <= 0:
-            raise ValueError(f"clip must be a positive weight or None, got {self.clip}")
-        if self.is_level not in ("token", "sequence"):
-            raise ValueError(f"is_level must be 'token' or 'sequence', got {self.is_level!r}")
-        if self.kl_coef < 0:
-            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+
+METHOD = LossConfig()
+"""The objective as published: unclipped token-level IS, no KL term."""
 
 
 def importance_weights(
@@ -70,7 +69,7 @@ def response_loss(
     learner_logprobs: torch.Tensor,
     behavior_logprobs: torch.Tensor,
     advantage: float,
-    settings: LossSettings = LossSettings(),
+    settings: LossConfig = METHOD,
 ) -> torch.Tensor:
     """-mean_t(w_t * A) for one response's model tokens (plus the KL term when switched on)."""
     if learner_logprobs.shape != behavior_logprobs.shape or learner_logprobs.dim() != 1:
@@ -98,7 +97,7 @@ def reinforce_loss(
     learner_logprobs: Sequence[torch.Tensor],
     behavior_logprobs: Sequence[torch.Tensor],
     advantages: Sequence[float],
-    settings: LossSettings = LossSettings(),
+    settings: LossConfig = METHOD,
 ) -> torch.Tensor:
     """The mean over responses of `response_loss`: each response counts once, whatever its size."""
     if not (len(learner_logprobs) == len(behavior_logprobs) == len(advantages)):

@@ -17,12 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agent_rl.config import StrictModel, dump_config, load_config
+from agent_rl.env_config import EnvConfig
+from agent_rl.learn.learner import LearnerConfig
 
 __all__ = ["SFTConfig", "SFTSummary", "demonstration_sample", "load_sft_config", "run_sft",
            "sft_step"]
@@ -30,14 +32,22 @@ __all__ = ["SFTConfig", "SFTSummary", "demonstration_sample", "load_sft_config",
 logger = logging.getLogger(__name__)
 
 
+def _sft_learner() -> LearnerConfig:
+    return LearnerConfig(lr=1e-5, max_grad_norm=1.0)
+
+
 class SFTConfig(StrictModel):
-    """One SFT run: the model, where demonstrations come from, the optimizer, the outputs."""
+    """One SFT run: the model, where demonstrations come from, the learner, the outputs."""
 
     model: str = Field("tiny", description="'default', 'tiny', or a checkpoint directory")
-    env: str = Field("agent_rl/PythonTool-v0", description="env whose oracle plays the demos")
-    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="more env arguments")
-    task_categories: list[str] | None = Field(
-        None, description="oracle demonstrations for these categories only (None: all)"
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's dtype")
+    seed: int = Field(0, description="seed of the demonstration order and the model")
+    out_dir: Path = Field(Path("runs/sft"), description="where the run's files go")
+    resume: bool = Field(True, description="continue from the newest checkpoint in out_dir")
+    env: EnvConfig = Field(
+        default_factory=EnvConfig,
+        description="the env whose oracle plays the demos (its train split only); "
+        "env.kwargs.categories picks the categories",
     )
     demos_per_category: int | None = Field(
         None, ge=1, description="oracle demonstrations per category, from the train split"
@@ -48,15 +58,17 @@ class SFTConfig(StrictModel):
     )
     epochs: float = Field(1.0, gt=0, description="passes over the demonstrations")
     batch_size: int = Field(8, ge=1, description="demonstrations per optimizer step")
-    lr: float = Field(1e-5, gt=0, description="AdamW learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
-    max_grad_norm: float | None = Field(1.0, gt=0, description="clip gradients here; None: off")
-    micro_batch_tokens: int = Field(8192, ge=1, description="tokens per forward/backward")
-    dtype: str = Field("float32", description="float32 or bfloat16")
-    learner_device: str = Field("cpu", description="'cpu' or 'cuda'")
-    seed: int = Field(0, description="seed of the demonstration order and the model")
-    out_dir: Path = Field(Path("runs/sft"), description="where the run's files go")
-    resume: bool = Field(True, description="continue from the newest checkpoint in out_dir")
+    learner: LearnerConfig = Field(
+        default_factory=_sft_learner,
+        description="the RL learner's config; here lr defaults to 1e-5 and max_grad_norm to 1.0",
+    )
+
+    @model_validator(mode="after")
+    def _train_split_only(self) -> SFTConfig:
+        if self.env.split != "train":
+            raise ValueError(f"env.split is {self.env.split!r}: demonstrations come from the "
+                             "train split only, so held-out tasks stay unseen")
+        return self
 
 
 @dataclass
@@ -100,7 +112,7 @@ def sft_step(learner: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
     model_tokens = sum(sample.model_positions.numel() for sample in samples)
     learner.optimizer.zero_grad(set_to_none=True)
     total = 0.0
-    for batch in micro_batches(samples, learner.settings.micro_batch_tokens):
+    for batch in micro_batches(samples, learner.config.micro_batch_tokens):
         loss = sum(-logprobs.sum() for _, logprobs in learner.sampled_logprobs(batch))
         loss = loss / model_tokens
         loss.backward()
@@ -135,9 +147,10 @@ def build_demonstrations(config: SFTConfig, model_dir: Path) -> Any:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     demos = Demonstrations()
     if config.oracle:
-        demos = oracle_demonstrations(config.env, tokenizer, config.env_kwargs,
-                                      config.task_categories, config.demos_per_category,
-                                      config.seed)
+        kwargs = config.env.make_kwargs("train")
+        del kwargs["split"]
+        demos = oracle_demonstrations(config.env.id, tokenizer, kwargs,
+                                      per_category=config.demos_per_category, seed=config.seed)
     for path in config.demonstration_files:
         demos.rows += chat_file_demonstrations(path, tokenizer).rows
     dataset = demos.to_dataset()
@@ -152,13 +165,13 @@ def run_sft(
     """Build (or reuse) the demonstrations, train, and export the final weights."""
     from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
     from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
-    from agent_rl.learn.learner import Learner, LearnerSettings, learner_device
+    from agent_rl.learn.learner import Learner, learner_device
     from agent_rl.metrics import MetricsWriter
     from agent_rl.model_store import resolve_model
     from agent_rl.orchestrate.run_state import RunState
 
     model_dir = resolve_model(config.model, config.dtype)
-    learner_device(config.learner_device)
+    learner_device(config.learner.device)
     run_dir = Path(config.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     dump_config(config, run_dir / "config.yaml")
@@ -167,11 +180,7 @@ def run_sft(
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     num_steps = max(1, round(config.epochs * steps_per_epoch))
 
-    learner = Learner(LearnerSettings(
-        model_dir=model_dir, dtype=config.dtype, lr=config.lr, weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm, micro_batch_tokens=config.micro_batch_tokens,
-        temperature=1.0, seed=config.seed, device=config.learner_device,
-    ))
+    learner = Learner(model_dir, config.learner, dtype=config.dtype, seed=config.seed)
     checkpoint = latest_checkpoint(run_dir) if config.resume else None
     if checkpoint is not None:
         learner.load_state_dict(load_checkpoint(checkpoint)[0])

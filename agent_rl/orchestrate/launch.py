@@ -1,5 +1,5 @@
-"""From a run config to its parts: the model the run starts from, the learner's settings, the
-rollout checkpoint and the Ray rollout actors."""
+"""From a run config to its parts: the model the run starts from, the learner, the rollout
+checkpoint and the Ray rollout actors."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent_rl.learn.learner import LearnerSettings
-from agent_rl.learn.loss import LossSettings
+from agent_rl.learn.learner import Learner
 from agent_rl.orchestrate.faults import FaultyEnvFactory
 from agent_rl.train_config import TrainConfig
 
@@ -26,32 +25,18 @@ def resolve_run_model(config: TrainConfig) -> Path:
 
 
 def check_env_kwargs(config: TrainConfig) -> None:
-    """Build the env once here, so a misspelled `env_kwargs` key fails before Ray and vLLM start
+    """Build the env once here, so a misspelled `env.kwargs` key fails before Ray and vLLM start
     instead of inside every rollout actor."""
     from envs.loading import make_env
 
-    make_env(config.env, **config.env_kwargs).close()
+    make_env(config.env.id, **config.env.make_kwargs(config.env.split)).close()
 
 
-def learner_settings(config: TrainConfig, model_dir: Path) -> LearnerSettings:
-    return LearnerSettings(
-        model_dir=model_dir,
-        matched_kernels=config.matched_kernels,
-        dtype=config.dtype,
-        lr=config.lr,
-        betas=config.betas,
-        weight_decay=config.weight_decay,
-        adam_eps=config.adam_eps,
-        max_grad_norm=config.max_grad_norm,
-        micro_batch_tokens=config.micro_batch_tokens,
-        activation_checkpointing=config.activation_checkpointing,
-        temperature=config.temperature,
-        loss=LossSettings(clip=config.clip, is_level=config.is_level, kl_coef=config.kl_coef),
-        diagnose_flat_groups=config.diagnose_flat_groups,
-        share_prompt=config.share_prompt,
-        seed=config.seed,
-        device=config.learner_device,
-    )
+def make_learner(config: TrainConfig, model_dir: Path) -> Learner:
+    """The run's learner: its own config and the loss, with the run's model, dtype, kernels,
+    sampling temperature and seed."""
+    return Learner(model_dir, config.learner, config.loss, matched_kernels=config.matched_kernels,
+                   dtype=config.dtype, temperature=config.rollout.temperature, seed=config.seed)
 
 
 def rollout_model_dir(config: TrainConfig, model_dir: Path, run_dir: Path) -> Path:
@@ -66,44 +51,24 @@ def rollout_model_dir(config: TrainConfig, model_dir: Path, run_dir: Path) -> Pa
 
 def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
     """Create the Ray rollout actors and begin building their engines (returns at once)."""
-    from agent_rl.rollout.actor import RolloutConfig, make_rollout_actor
-    from agent_rl.rollout.engine import EngineConfig
+    from agent_rl.rollout.actor import make_rollout_actor
 
-    engine_config = EngineConfig(
-        model=str(model_dir),
-        dtype=config.dtype,
-        lm_head_fp32=config.dtype == "float32",
-        max_model_len=config.max_model_len,
-        kv_cache_gib=config.kv_cache_gib,
-        seed=config.seed,
-        enable_prefix_caching=config.prefix_caching,
-        cpu_cores=config.rollout_cpu_cores,
-    )
-    env_kwargs: dict[str, Any] = {
-        "split": config.tasks_split, "max_turns": config.max_turns, **config.env_kwargs
-    }
-    if config.task_categories:
-        env_kwargs["categories"] = config.task_categories
-    if config.sandbox_timeout_s is not None:
-        from sandbox import SandboxConfig
-
-        env_kwargs["sandbox_config"] = SandboxConfig(timeout_s=config.sandbox_timeout_s)
+    engine_config = config.engine.model_copy(update={
+        "model": str(model_dir), "dtype": config.dtype, "seed": config.seed,
+        "lm_head_fp32": config.dtype == "float32",
+    })
+    env_kwargs = config.env.make_kwargs(config.env.split)
     env_factory = (
-        FaultyEnvFactory(config.env, env_kwargs, config.faults)
+        FaultyEnvFactory(config.env.id, env_kwargs, config.faults)
         if config.faults.env_faults_on
         else None
     )
-    rollout_config = RolloutConfig(
-        group_size=config.group_size,
-        context_budget=config.max_model_len,
-        max_tokens_per_turn=config.max_new_tokens,
-        temperature=config.temperature,
-        seed=config.seed,
-        env_id=config.env,
-        env_kwargs=env_kwargs,
-        env_threads=max(4, config.group_size * config.groups_in_flight_per_actor),
-    )
-    num_cpus = min(1.0, config.ray_num_cpus / config.num_rollout_actors)
+    pipeline = config.pipeline
+    rollout_config = config.rollout.model_copy(update={
+        "env_id": config.env.id, "env_kwargs": env_kwargs, "seed": config.seed,
+        "env_threads": max(4, config.rollout.group_size * pipeline.groups_in_flight_per_actor),
+    })
+    num_cpus = min(1.0, pipeline.ray_num_cpus / pipeline.num_rollout_actors)
     return [
         make_rollout_actor(
             engine_config,
@@ -111,7 +76,8 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
             env_factory=env_factory,
             name=f"rollout-{i}-{os.getpid()}",
             num_cpus=num_cpus,
-            max_restarts=config.max_actor_restarts,
+            max_restarts=pipeline.max_actor_restarts,
+            resources=pipeline.rollout_resources,
         )
-        for i in range(config.num_rollout_actors)
+        for i in range(pipeline.num_rollout_actors)
     ]

@@ -17,6 +17,7 @@ through `DriverFaults` at the hook points, not as branches in the loop. Whatever
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from typing import Any
 from agent_rl.config import dump_config
 from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
-from agent_rl.learn.learner import Learner, group_metrics
+from agent_rl.learn.learner import group_metrics
 from agent_rl.metrics import MetricsWriter
 from agent_rl.orchestrate.actor_pool import (
     ActorDied,
@@ -43,7 +44,7 @@ from agent_rl.orchestrate.faults import FaultInjector, is_injected_error
 from agent_rl.orchestrate.hooks import Hooks
 from agent_rl.orchestrate.launch import (
     check_env_kwargs,
-    learner_settings,
+    make_learner,
     resolve_run_model,
     rollout_model_dir,
     start_rollout_actors,
@@ -88,8 +89,16 @@ class RunSummary:
 def train(config: TrainConfig, on_update: OnUpdate | None = None,
           on_status: OnStatus | None = None) -> RunSummary:
     """Run RL training as `config` says; `on_update(metrics)` is called after every update and
-    `on_status(text)` while a slow start-up waits."""
-    return Pipeline(config, on_update, on_status).run()
+    `on_status(text)` while a slow start-up waits. The summary is saved as `summary.json`
+    too (`agent-rl simulate --calibrate` reads its timings)."""
+    summary = Pipeline(config, on_update, on_status).run()
+    (summary.run_dir / "summary.json").write_text(json.dumps({
+        "mode": summary.mode, "updates": summary.updates, "wall_s": summary.wall_s,
+        "train_wall_s": summary.train_wall_s, "updates_per_hour": summary.updates_per_hour,
+        "lag_max": summary.lag_max, "resumed_from": summary.resumed_from,
+        "ledger": summary.ledger,
+    }, indent=2, default=str) + "\n")
+    return summary
 
 
 class Pipeline:
@@ -104,7 +113,7 @@ class Pipeline:
         # Everything a user can get wrong is checked before the run folder or Ray exists.
         model_dir = self.model_dir = resolve_run_model(config)
         check_env_kwargs(config)
-        self.tasks = TaskStream(load_task_rows(config, config.tasks_split), config.seed)
+        self.tasks = TaskStream(load_task_rows(config, config.env.split), config.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(config, self.run_dir / "config.yaml")
 
@@ -125,13 +134,13 @@ class Pipeline:
 
         config = self.config
         actors = start_rollout_actors(config, rollout_model_dir(config, model_dir, self.run_dir))
-        self.pool = ActorPool(ray, actors, config.max_actor_restarts, self.hooks,
-                              config.stall_timeout_s)
-        if config.learner_threads:
+        self.pool = ActorPool(ray, actors, config.pipeline.max_actor_restarts, self.hooks,
+                              config.pipeline.stall_timeout_s)
+        if config.learner.threads:
             import torch
 
-            torch.set_num_threads(config.learner_threads)
-        self.learner = Learner(learner_settings(config, model_dir))
+            torch.set_num_threads(config.learner.threads)
+        self.learner = make_learner(config, model_dir)
         state, self.resumed_from = RunState(), None
         checkpoint = latest_checkpoint(self.run_dir) if config.resume else None
         if checkpoint is not None:
@@ -140,15 +149,8 @@ class Pipeline:
             self.resumed_from = self.learner.version
             logger.info("resumed from %s at version %d", checkpoint, self.learner.version)
         self.pool.start(self._status, self.run_dir / WORKER_LOGS)
-        limits = SchedulerLimits(
-            groups_per_update=config.groups_per_update,
-            max_lag=config.effective_max_lag,
-            num_updates=config.num_updates,
-            groups_in_flight_per_actor=config.groups_in_flight_per_actor,
-            num_actors=len(self.pool.actors),
-            dynamic_sampling=config.dynamic_sampling,
-        )
-        self.scheduler = Scheduler(limits, state, self.learner.version, self.hooks)
+        self.scheduler = Scheduler(SchedulerLimits.of(config.pipeline, len(self.pool.actors)), state,
+                                   self.learner.version, self.hooks)
         self.metrics = MetricsWriter(self.run_dir)
         if self.resumed_from is not None and (dropped := self.metrics.keep_through(
                 self.resumed_from)):
@@ -175,12 +177,12 @@ class Pipeline:
         scheduler, pool = self.scheduler, self.pool
         assert pool is not None
         try:
-            while self.learner.version < self.config.num_updates and not self._out_of_time(start):
+            while self.learner.version < self.config.pipeline.num_updates and not self._out_of_time(start):
                 pool.send_due_broadcast()
                 for actor in range(len(pool.actors)):
                     while scheduler.may_submit(actor):
                         work = scheduler.submit(actor)
-                        pool.submit(work, self.tasks[work.task_index], self.config.group_size)
+                        pool.submit(work, self.tasks[work.task_index], self.config.rollout.group_size)
                 self.hooks.tick(scheduler, pool)
                 batch = scheduler.take_batch()
                 if batch is not None:
@@ -203,7 +205,7 @@ class Pipeline:
         done = self.learner.version - updates_at_start
         return RunSummary(
             run_dir=self.run_dir,
-            mode=self.config.mode,
+            mode=self.config.pipeline.mode,
             updates=self.learner.version,
             wall_s=time.perf_counter() - start,
             train_wall_s=train_wall,
@@ -217,7 +219,7 @@ class Pipeline:
         )
 
     def _out_of_time(self, start: float) -> bool:
-        limit = self.config.max_wall_s
+        limit = self.config.pipeline.max_wall_s
         return limit is not None and time.perf_counter() - start > limit
 
     def _handle(self, events: list[Event]) -> None:
@@ -247,10 +249,10 @@ class Pipeline:
     def _count_error(self, description: str) -> None:
         self.rollout_errors += 1
         logger.warning("rollout failed (%d so far): %s", self.rollout_errors, description)
-        if self.rollout_errors > self.config.max_rollout_errors:
+        if self.rollout_errors > self.config.pipeline.max_rollout_errors:
             raise PipelineError(
                 f"{self.rollout_errors} rollouts failed (max_rollout_errors = "
-                f"{self.config.max_rollout_errors}); the last: {description}"
+                f"{self.config.pipeline.max_rollout_errors}); the last: {description}"
             )
 
     def _update(self, batch: list[Group]) -> None:
@@ -270,7 +272,7 @@ class Pipeline:
         sync_start = time.perf_counter()
         version = self.learner.version
         self.pool.broadcast(version, self.learner.rollout_state_dict())
-        if self.config.effective_max_lag == 0:
+        if self.config.pipeline.effective_max_lag == 0:
             self._handle(self.pool.wait_for_weights(version))
         loads = self.weight_load_s
         metrics.update({
@@ -283,11 +285,11 @@ class Pipeline:
                if isinstance(v, int)},
         })
         loads.clear()
-        if self.config.eval_every and version % self.config.eval_every == 0:
+        if (every := self.config.pipeline.eval_every) and version % every == 0:
             metrics.update(self._evaluate())
         self.metrics.write(version, metrics)
         self.last_metrics = {"step": version, **metrics}
-        if self.config.checkpoint_every and version % self.config.checkpoint_every == 0:
+        if (every := self.config.pipeline.checkpoint_every) and version % every == 0:
             self._checkpoint()
         if self.on_update is not None:
             self.on_update(self.last_metrics)
@@ -300,7 +302,8 @@ class Pipeline:
         verdict, so it is counted apart rather than as a reward of 0.
         """
         self._handle(self.pool.wait_for_weights(self.learner.version))
-        rows = load_task_rows(self.config, self.config.eval_split)[: self.config.eval_tasks]
+        env = self.config.env
+        rows = load_task_rows(self.config, env.eval_split)[: env.eval_tasks]
         episodes = [t for group in self.pool.run_episodes(rows) for t in group.trajectories]
         rewards = [t.reward for t in episodes if t.end_reason != END_ENV_ERROR]
         return {
@@ -321,7 +324,7 @@ class Pipeline:
 
     def _checkpoint(self) -> None:
         save_checkpoint(self.run_dir, self.learner.state_dict(), self.scheduler.snapshot(),
-                        self.config.keep_checkpoints)
+                        self.config.pipeline.keep_checkpoints)
         self._save_ledger()
 
     def _save_ledger(self) -> None:
@@ -349,8 +352,10 @@ class Pipeline:
                     self.learner.version, self.scheduler.ledger.counts(), abandoned)
 
     def _shutdown(self, grace_s: float = 30) -> None:
-        """Stop the actors and, if this run started Ray, Ray and every process below this one."""
-        descendants = descendant_processes() if self.started_ray else []
+        """Stop the actors and, if this run started Ray, Ray and every process below this one
+        (a joined cluster's processes are not the run's: it only disconnects)."""
+        started_local = self.started_ray and not self.config.pipeline.ray_address
+        descendants = descendant_processes() if started_local else []
         if self.pool is not None:
             self.pool.shutdown(grace_s)
         if self.started_ray:

@@ -30,14 +30,14 @@ def init_ray(config: TrainConfig) -> bool:
 
     if ray.is_initialized():
         return False
-    quiet = {} if config.show_worker_logs else {"log_to_driver": False,
+    quiet = {} if config.pipeline.show_worker_logs else {"log_to_driver": False,
                                                  "logging_level": logging.WARNING}
-    address = config.ray_address
+    address = config.pipeline.ray_address
     if address:
         check_ray_address(address)
         ray.init(address=address, **quiet)
     else:
-        ray.init(num_cpus=config.ray_num_cpus, include_dashboard=False, **quiet)
+        ray.init(num_cpus=config.pipeline.ray_num_cpus, include_dashboard=False, **quiet)
     _link_worker_logs(Path(config.out_dir))
     return True
 

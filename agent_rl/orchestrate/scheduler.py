@@ -28,12 +28,16 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent_rl.learn.advantages import has_reward_variance
 from agent_rl.orchestrate.hooks import Hook
 from agent_rl.orchestrate.ledger import FLAT_FILTERED, Ledger
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import END_ENV_ERROR, Group, exceeds_max_lag, group_lag
+
+if TYPE_CHECKING:
+    from agent_rl.train_config import PipelineConfig
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +54,18 @@ class SchedulerLimits:
     groups_in_flight_per_actor: int
     num_actors: int
     dynamic_sampling: bool = False
+
+    @classmethod
+    def of(cls, pipeline: PipelineConfig, num_actors: int) -> SchedulerLimits:
+        """A run's limits; sync mode is lag 0."""
+        return cls(
+            groups_per_update=pipeline.groups_per_update,
+            max_lag=pipeline.effective_max_lag,
+            num_updates=pipeline.num_updates,
+            groups_in_flight_per_actor=pipeline.groups_in_flight_per_actor,
+            num_actors=num_actors,
+            dynamic_sampling=pipeline.dynamic_sampling,
+        )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ class TaskStream:
 
     def __init__(self, tasks: list[dict[str, Any]], seed: int) -> None:
         if not tasks:
-            raise ValueError("the task set is empty; check tasks_split, task_categories, max_tasks")
+            raise ValueError(
+                "the task set is empty; check env.split, env.kwargs (categories), env.max_tasks"
+            )
         self.tasks = tasks
         self.seed = seed
         self._orders: dict[int, list[int]] = {}
@@ -35,8 +37,7 @@ def load_task_rows(config: TrainConfig, split: str) -> list[dict[str, Any]]:
     """The env's own tasks of `split` (`envs.loading`: every env keeps its tasks)."""
     from envs.loading import env_tasks
 
-    kwargs = dict(config.env_kwargs)
-    if config.task_categories:
-        kwargs["categories"] = config.task_categories
-    rows = env_tasks(config.env, split, **kwargs)
-    return rows[: config.max_tasks] if config.max_tasks else rows
+    kwargs = config.env.make_kwargs(split)
+    del kwargs["split"]
+    rows = env_tasks(config.env.id, split, **kwargs)
+    return rows[: config.env.max_tasks] if config.env.max_tasks else rows

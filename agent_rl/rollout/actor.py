@@ -320,6 +320,7 @@ def make_rollout_actor(
     num_cpus: float = 1.0,
     multiprocessing: str = "1",
     max_restarts: int = 0,
+    resources: dict[str, float] | None = None,
 ) -> Any:
     """Start a RolloutActor as a Ray actor; call `.start.remote()` and await it before use.
 
@@ -328,6 +329,7 @@ def make_rollout_actor(
     faster than "0" on the CPU (see `engine.build_engine`). `max_restarts`: how often Ray
     restarts the actor after it dies; a restarted actor starts from `initial_version` again,
     so its owner must load the current weights into it (see `agent_rl.orchestrate.actor_pool`).
+    `resources`: Ray custom resources the actor needs, which place it on the nodes that have them.
     """
     import ray
 
@@ -337,5 +339,6 @@ def make_rollout_actor(
         num_cpus=num_cpus,
         max_concurrency=1000,
         max_restarts=max_restarts,
+        resources=resources or None,
         runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": multiprocessing}},
     ).remote(engine_config, rollout_config, env_factory, name, initial_version)

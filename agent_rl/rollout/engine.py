@@ -23,7 +23,10 @@ GIB = 1 << 30
 class EngineConfig(StrictModel):
     """How the rollout engine is built; defaults are the parity-safe values."""
 
-    model: str = Field(description="checkpoint directory (HF safetensors with a chat template)")
+    model: str = Field(
+        "", description="checkpoint directory (HF safetensors with a chat template); a training "
+        "run fills it with the run's model"
+    )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="weights and activations; float32 keeps the lm_head in fp32"
     )
@@ -76,6 +79,9 @@ class EngineConfig(StrictModel):
 def engine_args(config: EngineConfig) -> Any:
     """The vLLM AsyncEngineArgs for `config`."""
     from vllm.engine.arg_utils import AsyncEngineArgs
+
+    if not config.model:
+        raise ValueError("EngineConfig.model is empty: name the checkpoint directory to serve")
 
     return AsyncEngineArgs(
         model=config.model,
@@ -140,7 +146,7 @@ def cpu_binding(cpu_cores: str) -> dict[str, str]:
                                          " a bound core could be held by another process")
     if choice not in _logged_bindings:
         _logged_bindings.add(choice)
-        logger.info("vLLM-cpu model threads: %s (%s); set rollout_cpu_cores or "
+        logger.info("vLLM-cpu model threads: %s (%s); set engine.cpu_cores or "
                     "VLLM_CPU_OMP_THREADS_BIND to choose", choice, reason)
     if choice == "all":
         return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, allowed)),

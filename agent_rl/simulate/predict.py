@@ -1,0 +1,103 @@
+"""Predictions for a run config: async against sync, checked against measured runs, swept over
+device counts and env latency."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agent_rl.config import ConfigError
+from agent_rl.orchestrate.scheduler import SchedulerLimits
+from agent_rl.simulate.costs import Costs
+from agent_rl.simulate.simulator import SimResult, simulate
+from agent_rl.train_config import TrainConfig
+
+
+def predict(config: TrainConfig, costs: Costs, rollout_devices: int | None = None,
+            learner_devices: int = 1, updates: int | None = None,
+            seed: int = 0) -> dict[str, SimResult]:
+    """The config's run in both modes (sync is lag 0, as the pipeline runs it), on
+    `rollout_devices` rollout actors (the config's count by default)."""
+    pipeline = config.pipeline
+    results = {}
+    for mode in ("async", "sync"):
+        overrides = {"mode": mode}
+        if updates is not None:
+            overrides["num_updates"] = updates
+        limits = SchedulerLimits.of(pipeline.model_copy(update=overrides),
+                                    rollout_devices or pipeline.num_rollout_actors)
+        results[mode] = simulate(limits, costs, config.rollout.group_size, learner_devices, seed,
+                                 config.rollout.max_tokens_per_turn)
+    return results
+
+
+def measured(run_dir: str | Path) -> dict[str, Any]:
+    """A finished run's `summary.json` (mode, updates, updates/hour, lag)."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        raise ConfigError(f"{run_dir} has no summary.json (written when `agent-rl train` or "
+                          "`agent-rl bench pipeline` finishes a run)")
+    return json.loads(path.read_text())
+
+
+def check(predictions: dict[str, SimResult], run_dirs: list[Path]) -> list[dict[str, Any]]:
+    """Predicted against measured updates/hour, one row per measured run (by its mode)."""
+    rows = []
+    for run_dir in run_dirs:
+        run = measured(run_dir)
+        predicted = predictions[run["mode"]].updates_per_hour
+        rows.append({
+            "run": str(run_dir), "mode": run["mode"],
+            "measured_updates_per_hour": run["updates_per_hour"],
+            "predicted_updates_per_hour": predicted,
+            "error": predicted / run["updates_per_hour"] - 1,
+        })
+    return rows
+
+
+def sweep(config: TrainConfig, costs: Costs, devices: list[int], latencies_s: list[float],
+          learner_devices: int = 1, updates: int | None = None) -> list[dict[str, Any]]:
+    """async/sync for each rollout device count and env latency."""
+    rows = []
+    for latency in latencies_s:
+        shaped = costs.model_copy(update={"env_step_s": latency})
+        for count in devices:
+            result = predict(config, shaped, count, learner_devices, updates)
+            rows.append({
+                "rollout_devices": count, "env_step_s": latency,
+                "async_updates_per_hour": result["async"].updates_per_hour,
+                "sync_updates_per_hour": result["sync"].updates_per_hour,
+                "async_over_sync": ratio(result),
+                "async_lag_max": result["async"].lag_max,
+            })
+    return rows
+
+
+def ratio(results: dict[str, SimResult]) -> float:
+    sync = results["sync"].updates_per_hour
+    return results["async"].updates_per_hour / sync if sync else float("nan")
+
+
+def plot_sweep(rows: list[dict[str, Any]], path: Path) -> Path:
+    """async/sync against rollout devices, one line per env latency."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for latency in sorted({row["env_step_s"] for row in rows}):
+        line = [row for row in rows if row["env_step_s"] == latency]
+        axes.plot([row["rollout_devices"] for row in line],
+                  [row["async_over_sync"] for row in line], marker="o",
+                  label=f"env step {latency:g} s")
+    axes.axhline(1.0, color="grey", linewidth=0.8)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("rollout devices")
+    axes.set_ylabel("async / sync updates per hour (predicted)")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
