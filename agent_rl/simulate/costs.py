@@ -54,8 +54,8 @@ class Costs(StrictModel):
 
 def costs_from_run(run_dir: str | Path, shared_cores: bool = True) -> Costs:
     """The costs a finished run measured: learner speed, tokens per turn and episode, weight
-    loads and the flat-group share from `metrics.jsonl`; rollout speed from the time the
-    run's learner left to the rollout.
+    loads and the flat-group share from `metrics.jsonl`; rollout speed from the time the run's
+    learner left to the rollout.
 
     Rollout speed is exact for a synchronous run (rollout and learner take turns, so rollout
     time is the wall time minus the update time); that is the run to calibrate on, and the
@@ -76,6 +76,10 @@ def costs_from_run(run_dir: str | Path, shared_cores: bool = True) -> Costs:
         raise ConfigError(f"{run_dir}: the run left no rollout time to measure ({updates} "
                           f"updates, {summary['train_wall_s']:.1f} s wall, {learner_s:.1f} s "
                           "learner)")
+    if _mean(records, "perf/env_latency_s_mean", default=0.0) > 0:
+        raise ConfigError(f"{run_dir} ran with an env latency profile, so its wall time mixes "
+                          "decoding with waiting; calibrate on a run without one and give the "
+                          "latency with --cost env_step_s=... --cost env_step_sigma=...")
     flat = sum(r.get("charts/filtered_groups", 0) for r in records)
     return Costs(
         rollout_tokens_per_s=model_tokens / rollout_s,
@@ -107,9 +111,11 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def _mean(records: list[dict[str, Any]], key: str) -> float:
+def _mean(records: list[dict[str, Any]], key: str, default: float | None = None) -> float:
     values = [r[key] for r in records if isinstance(r.get(key), int | float)
               and math.isfinite(r[key])]
     if not values:
+        if default is not None:
+            return default
         raise ConfigError(f"no update recorded {key!r}")
     return sum(values) / len(values)

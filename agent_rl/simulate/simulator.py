@@ -4,7 +4,7 @@ The decisions are the real ones: the loop below is `Pipeline.run` with Ray and v
 a clock, and every question (may this device start a group, what must the next update wait for,
 which groups form it, which are stale) goes to the orchestration's own `Scheduler`. Only the
 costs are modelled (`Costs`): each rollout device decodes its running episodes at a shared
-rate, an episode waits on its env between turns while the device serves the others, the driver
+rate, an episode waits on its env after each turn while the device serves the others, the driver
 is blocked while the learner trains, and each broadcast pauses every rollout device to load the
 weights. Synchronous RL is the same loop with `max_lag = 0`, as in the pipeline.
 """
@@ -235,20 +235,19 @@ class Simulation:
         finished = []
         while device.decoding and device.decoding[0][0] <= device.served + 1e-9:
             finished.append(heapq.heappop(device.decoding)[2])
-        for episode in finished:
+        for episode in finished:  # every turn is answered by an env step, the last one too
             episode.turns_left -= 1
+            self._order += 1
+            heapq.heappush(device.waiting, (self.clock + self._latency(), self._order, episode))
+        while device.waiting and device.waiting[0][0] <= self.clock:
+            _, _, episode = heapq.heappop(device.waiting)
             if episode.turns_left > 0:
-                self._order += 1
-                heapq.heappush(device.waiting,
-                               (self.clock + self._latency(), self._order, episode))
+                self._decode(device, episode)
                 continue
             running = self.running[episode.ticket]
             running.episodes_left -= 1
             if running.episodes_left == 0:
                 self.done.append((self.clock, episode.ticket))
-        while device.waiting and device.waiting[0][0] <= self.clock:
-            _, _, episode = heapq.heappop(device.waiting)
-            self._decode(device, episode)
 
     def _decode(self, device: _Device, episode: _Episode) -> None:
         """`episode` starts a turn on `device`."""
