@@ -50,6 +50,7 @@ from agent_rl.orchestrate.launch import (
     start_rollout_actors,
 )
 from agent_rl.orchestrate.ledger import save_ledger
+from agent_rl.orchestrate.periodic_eval import held_out_reward
 from agent_rl.orchestrate.ray_session import (
     WORKER_LOGS,
     descendant_processes,
@@ -286,30 +287,14 @@ class Pipeline:
         })
         loads.clear()
         if (every := self.config.pipeline.eval_every) and version % every == 0:
-            metrics.update(self._evaluate())
+            self._handle(self.pool.wait_for_weights(version))  # the figure is this version's
+            metrics.update(held_out_reward(self.pool, self.config))
         self.metrics.write(version, metrics)
         self.last_metrics = {"step": version, **metrics}
         if (every := self.config.pipeline.checkpoint_every) and version % every == 0:
             self._checkpoint()
         if self.on_update is not None:
             self.on_update(self.last_metrics)
-
-    def _evaluate(self) -> dict[str, float]:
-        """Mean reward of one episode on each of `eval_tasks` held-out tasks (not trained on).
-
-        The actors load the current weights first, so the figure belongs to this version; each
-        task keeps its seed from one evaluation to the next, and an episode the env broke has no
-        verdict, so it is counted apart rather than as a reward of 0.
-        """
-        self._handle(self.pool.wait_for_weights(self.learner.version))
-        env = self.config.env
-        rows = load_task_rows(self.config, env.eval_split)[: env.eval_tasks]
-        episodes = [t for group in self.pool.run_episodes(rows) for t in group.trajectories]
-        rewards = [t.reward for t in episodes if t.end_reason != END_ENV_ERROR]
-        return {
-            "eval/reward_mean": sum(rewards) / len(rewards) if rewards else float("nan"),
-            "eval/env_errors": len(episodes) - len(rewards),
-        }
 
     # -- what the run leaves behind ------------------------------------------------------------
 
