@@ -19,7 +19,7 @@ from envs.desktop import DesktopEnv, load_desktop_tasks, load_task_file
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.desktop.evaluate import UnsupportedEvaluator
 from envs.desktop.setup_steps import UnsupportedTaskStep
-from envs.desktop.tasks import TASKS_DIR, check_task
+from envs.desktop.tasks import TASKS_DIR, check_task, task_from_row
 from envs.tool_calls import format_tool_call
 
 _missing = [program for program in (*REQUIRED_PROGRAMS, "xterm", "xedit", "xfe") if not shutil.which(program)]
@@ -336,3 +336,20 @@ def test_task_from_osworld_repository_runs_as_is(env: DesktopEnv, caplog: pytest
     assert "pyautogui" in caplog.text
     _, reward, terminated, _, info = env.step(call("DONE"))
     assert terminated and reward == 0.0 and info["ended_by"] == "DONE"
+
+
+@needs_desktop
+def test_after_a_failed_reset_the_next_reset_works_through_gymnasium_make(tasks: dict) -> None:
+    """A task whose set-up step is refused makes reset raise; the env made by gymnasium.make
+    (wrappers included) then resets to a good task and steps normally."""
+    env = gymnasium.make("agent_rl/Desktop-v0")
+    good = task_from_row(tasks["editor-append-line"])
+    refused = {**good, "id": "refused", "config": [{"type": "no-such-step", "parameters": {}}]}
+    try:
+        with pytest.raises(Exception, match="no-such-step"):
+            env.reset(options={"task": refused})
+        env.reset(options={"task": good})
+        observation, _, terminated, _, _ = env.step(call("WAIT"))
+        assert observation and not terminated
+    finally:
+        env.close()

@@ -182,6 +182,18 @@ def test_hung_python_call_is_killed_and_ends_the_episode_unless_asked_not_to(
         env.close()
 
 
+def test_a_failed_first_reset_does_not_break_the_env():
+    """gymnasium.make's passive checker would fail every later step after a first reset that
+    raised; ours are registered without it, so the next reset starts a normal episode."""
+    env = gymnasium.make("agent_rl/PythonTool-v0")
+    with pytest.raises(Exception, match="no-such-task"):
+        env.reset(options={"task": "no-such-task"})
+    env.reset(options={"task": 0})
+    *_, info = env.step(answer("42"))
+    assert isinstance(info, dict)
+    env.close()
+
+
 def test_a_sandbox_that_cannot_start_breaks_the_step_not_the_agents_reward(monkeypatch):
     """No bubblewrap on PATH: the step raises, so the episode has no verdict (the rollout
     counts it as an env error) instead of the model reading an error and scoring 0."""
