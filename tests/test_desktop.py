@@ -1,11 +1,14 @@
 """Desktop-v0 on a real Xvfb desktop: scripted solutions score 1, wrong ones 0, bad input is
-feedback, episodes are isolated, recordings are written, and resets and steps are fast."""
+feedback, episodes are isolated, recordings are written, and OSWorld tasks are checked whole."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +18,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401 - registers agent_rl/Desktop-v0
-from envs.desktop import DesktopEnv, load_desktop_tasks, load_task_file
+from envs.desktop import DesktopEnv, file_cache, load_desktop_tasks, load_task_file
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.desktop.evaluate import UnsupportedEvaluator
-from envs.desktop.setup_steps import UnsupportedTaskStep
-from envs.desktop.tasks import TASKS_DIR, check_task, task_from_row
+from envs.desktop.file_cache import MissingDownload
+from envs.desktop.setup_steps import UnsupportedTaskStep, fill_placeholders
+from envs.desktop.tasks import TASKS_DIR, UnsupportedTaskParts, check_task, task_from_row
 from envs.tool_calls import format_tool_call
 
 _missing = [program for program in (*REQUIRED_PROGRAMS, "xterm", "xedit", "xfe") if not shutil.which(program)]
@@ -229,15 +233,76 @@ def test_osworld_format_task_loads_and_runs(env: DesktopEnv) -> None:
 
 def test_unsupported_steps_and_evaluators_are_named_in_the_error() -> None:
     task = json.loads(OSWORLD_TASK.read_text())
-    download = {"type": "download", "parameters": {"files": []}}
-    with pytest.raises(UnsupportedTaskStep, match="'download'"):
-        check_task(task | {"config": [download]})
+    drive = {"type": "googledrive", "parameters": {}}
+    with pytest.raises(UnsupportedTaskStep, match="'googledrive'"):
+        check_task(task | {"config": [drive]})
     evaluator = task["evaluator"] | {"func": "compare_pptx_files"}
     with pytest.raises(UnsupportedEvaluator, match="'compare_pptx_files'"):
         check_task(task | {"evaluator": evaluator})
     getter = task["evaluator"] | {"result": {"type": "cloud_file", "path": "x"}}
     with pytest.raises(UnsupportedEvaluator, match="'cloud_file'"):
         check_task(task | {"evaluator": getter})
+
+
+def test_one_check_lists_every_unsupported_piece_of_a_task() -> None:
+    task = json.loads(OSWORLD_TASK.read_text())
+    broken = task | {
+        "config": [{"type": "chrome_open_tabs", "parameters": {}}, *task["config"],
+                   {"type": "googledrive", "parameters": {}}],
+        "evaluator": task["evaluator"] | {"func": "check_moved_jpgs",
+                                          "result": {"type": "cloud_file"}},
+    }
+    with pytest.raises(UnsupportedTaskParts) as error:
+        check_task(broken)
+    for piece in ("config[0]", "'chrome_open_tabs'", f"config[{len(task['config']) + 1}]",
+                  "'googledrive'", "'check_moved_jpgs'", "'cloud_file'"):
+        assert piece in str(error.value)
+
+
+def test_screen_placeholders_are_filled_in_step_parameters() -> None:
+    step = {"command": ["python", "-c", "pyautogui.click({SCREEN_WIDTH_HALF}, {SCREEN_HEIGHT_HALF})"],
+            "note": "{SCREEN_WIDTH}x{SCREEN_HEIGHT}", "n": 3}
+    assert fill_placeholders(step, 1024, 768) == {
+        "command": ["python", "-c", "pyautogui.click(512, 384)"], "note": "1024x768", "n": 3}
+
+
+def test_the_file_cache_serves_a_url_and_names_what_it_lacks(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "home"))
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(b"\xff\xd8 not really a jpeg")
+    url = "https://example.org/photos/a.jpg"
+    task = {"id": "t", "config": [{"type": "download", "parameters": {"files": [
+        {"url": url, "path": "/home/user/photos/a.jpg"},
+        {"url": "https://example.org/b.jpg", "path": "/home/user/photos/b.jpg"}]}}],
+        "evaluator": {}}
+    assert file_cache.missing_downloads(task) == [url, "https://example.org/b.jpg"]
+    subprocess.run([sys.executable, "-m", "agent_rl.cli.main", "desktop", "cache", "add", url,
+                    str(photo)], check=True, capture_output=True, env=os.environ.copy())
+    assert file_cache.lookup(url).read_bytes() == photo.read_bytes()
+    assert file_cache.missing_downloads(task) == ["https://example.org/b.jpg"]
+
+
+@needs_desktop
+def test_a_download_step_is_served_from_the_cache_and_a_missing_url_is_named(
+    env: DesktopEnv, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path))
+    notes = tmp_path / "notes.txt"
+    notes.write_text("from the cache\n")
+    file_cache.add("https://example.org/notes.txt", notes)
+    task = {"id": "download-notes", "instruction": "Say done.", "config": [
+        {"type": "download", "parameters": {"files": [
+            {"url": "https://example.org/notes.txt", "path": "/home/user/notes.txt"}]}}],
+        "evaluator": {"func": "exact_match",
+                      "result": {"type": "vm_command_line", "command": "cat /home/user/notes.txt",
+                                 "shell": True},
+                      "expected": {"type": "rule", "rules": {"expected": "from the cache\n"}}}}
+    env.reset(options={"task": task})
+    assert env.step(call("DONE"))[1] == 1.0
+    missing = task | {"config": [{"type": "download", "parameters": {"files": [
+        {"url": "https://example.org/absent.txt", "path": "/home/user/absent.txt"}]}}]}
+    with pytest.raises(MissingDownload, match="absent.txt.*agent-rl desktop cache add"):
+        env.reset(options={"task": missing})
 
 
 def test_task_splits_cover_three_apps_and_do_not_overlap() -> None:

@@ -58,6 +58,7 @@ def is_user_error(error: BaseException) -> bool:
 def _register_optional_commands() -> None:
     """Attach command groups whose modules live beside the parts they drive."""
     from agent_rl.cli import config as config_commands
+    from agent_rl.cli import desktop as desktop_commands
     from agent_rl.cli import envs as env_commands
     from agent_rl.cli import sandbox as sandbox_commands
     from agent_rl.cli.eval import compare_command, eval_command
@@ -66,6 +67,7 @@ def _register_optional_commands() -> None:
     app.add_typer(env_commands.app, name="env", help="List registered envs and run episodes.")
     app.add_typer(sandbox_commands.app, name="sandbox", help="The sandbox's Docker image.")
     app.add_typer(config_commands.app, name="config", help="Check and migrate run configs.")
+    app.add_typer(desktop_commands.app, name="desktop", help="The desktop env's file cache.")
     app.command("eval")(eval_command)
     app.command("compare")(compare_command)
     app.command("simulate")(simulate_command)

@@ -7,6 +7,7 @@
 | `actions.py` | OSWorld's computer_13 actions as tools, run with xdotool |
 | `observe.py` | the text accessibility tree and screenshots, read from the X server |
 | `setup_steps.py` | OSWorld task `config` steps |
+| `file_cache.py` | the offline cache that serves `download` steps, keyed by URL |
 | `evaluate.py` | OSWorld evaluator getters and metrics |
 | `tasks.py` | task files and splits in OSWorld's layout |
 | `recording.py` | episode recordings as HTML pages and contact sheets |

@@ -14,6 +14,7 @@ import numpy as np
 from envs.desktop.actions import ENDING_ACTIONS, Computer
 from envs.desktop.display import DesktopSession
 from envs.desktop.evaluate import EvalContext, evaluate
+from envs.desktop.file_cache import MissingDownload, explain_missing, missing_downloads
 from envs.desktop.observe import Observer, render_tree
 from envs.desktop.recording import EpisodeRecorder, RecordedStep
 from envs.desktop.setup_steps import run_steps
@@ -146,6 +147,8 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             task = task_from_row(options["task"])
         else:
             task = task_from_row(self.tasks[int(self.np_random.integers(len(self.tasks)))])
+        if missing := missing_downloads(task):  # before any X server starts
+            raise MissingDownload(explain_missing(task["id"], missing))
         session = DesktopSession(*self.screen_size)
         self._session = session
         try:

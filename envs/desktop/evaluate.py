@@ -160,22 +160,25 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def check_evaluator(evaluator: dict[str, Any], task_id: str) -> None:
-    """Raise `UnsupportedEvaluator` naming the first unknown metric or getter of a task."""
-    for func in _as_list(evaluator.get("func")):
-        if func != INFEASIBLE and func not in METRICS:
-            raise UnsupportedEvaluator(
-                f"task {task_id!r}: unsupported evaluator func {func!r}; supported: "
-                f"{', '.join([*METRICS, INFEASIBLE])}"
-            )
+def unsupported_evaluator_parts(evaluator: dict[str, Any]) -> list[str]:
+    """One line per metric or getter of `evaluator` this env lacks; empty when all exist."""
+    problems = [f"unsupported evaluator func {func!r}" for func in _as_list(evaluator.get("func"))
+                if func != INFEASIBLE and func not in METRICS]
     for key in ("result", "expected"):
         for getter in _as_list(evaluator.get(key, [])):
             getter_type = getter.get("type") if isinstance(getter, dict) else None
             if getter_type not in GETTERS:
-                raise UnsupportedEvaluator(
-                    f"task {task_id!r}: unsupported evaluator {key} getter type "
-                    f"{getter_type!r}; supported: {', '.join(GETTERS)}"
-                )
+                problems.append(f"unsupported evaluator {key} getter type {getter_type!r}")
+    return problems
+
+
+def check_evaluator(evaluator: dict[str, Any], task_id: str) -> None:
+    """Raise `UnsupportedEvaluator` naming every unknown metric and getter of a task."""
+    if problems := unsupported_evaluator_parts(evaluator):
+        raise UnsupportedEvaluator(
+            f"task {task_id!r}: {'; '.join(problems)}; supported funcs: "
+            f"{', '.join([*METRICS, INFEASIBLE])}; supported getters: {', '.join(GETTERS)}"
+        )
 
 
 def evaluate(evaluator: dict[str, Any], context: EvalContext) -> float:

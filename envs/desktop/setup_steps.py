@@ -1,9 +1,10 @@
 """OSWorld task `config` steps (and evaluator `postconfig` steps), run on an episode's desktop.
 
 Supported step types: `launch`, `execute`, `command`, `sleep`, `open`, `activate_window`,
-`close_window`, `upload_file` (from files shipped beside the tasks) and `create_file`, our
-download-less way to put a file with given text on the desktop. Anything else (`download`,
-`chrome_open_tabs`, `googledrive`, ...) is rejected up front by `check_steps`, by name.
+`close_window`, `download` (served offline from `file_cache`), `upload_file` (from files shipped
+beside the tasks) and `create_file`, our way to put a file with given text on the desktop.
+OSWorld's screen placeholders (`{SCREEN_WIDTH_HALF}`, ...) are filled in every parameter.
+Anything else (`chrome_open_tabs`, `googledrive`, ...) is rejected up front, every one by name.
 """
 
 from __future__ import annotations
@@ -16,10 +17,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from envs.desktop import file_cache
 from envs.desktop.display import DesktopSession
 from envs.desktop.observe import Observer
 
-__all__ = ["SUPPORTED_STEPS", "SetupError", "UnsupportedTaskStep", "check_steps", "run_steps"]
+__all__ = [
+    "SUPPORTED_STEPS",
+    "SetupError",
+    "UnsupportedTaskStep",
+    "check_steps",
+    "fill_placeholders",
+    "run_steps",
+    "unsupported_steps",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +145,23 @@ def _create_file(context: StepContext, parameters: dict[str, Any]) -> None:
     target.write_text(content)
 
 
+def _download(context: StepContext, parameters: dict[str, Any]) -> None:
+    """OSWorld's `download`, served from the offline file cache (`envs.desktop.file_cache`)."""
+    session, _ = context
+    for entry in parameters.get("files", []):
+        url, path = entry.get("url"), entry.get("path")
+        if not isinstance(url, str) or not isinstance(path, str):
+            raise SetupError(f"download needs a 'url' and a 'path' per file, got {entry!r}")
+        source = file_cache.lookup(url)
+        if source is None:
+            raise file_cache.MissingDownload(file_cache.explain_missing("?", [url]))
+        target = session.host_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+
+
 SUPPORTED_STEPS: dict[str, Callable[[StepContext, dict[str, Any]], None]] = {
+    "download": _download,
     "launch": _launch,
     "execute": _execute,
     "command": _execute,
@@ -148,18 +174,43 @@ SUPPORTED_STEPS: dict[str, Callable[[StepContext, dict[str, Any]], None]] = {
 }
 
 
-def check_steps(steps: Sequence[dict[str, Any]], task_id: str, where: str = "config") -> None:
-    """Raise `UnsupportedTaskStep` naming the first step type this env cannot run."""
+def unsupported_steps(steps: Sequence[dict[str, Any]], where: str = "config") -> list[str]:
+    """One line per step this env cannot run, e.g. "config[0] has unsupported step type
+    'googledrive'"; empty when all are supported."""
+    problems = []
     for index, step in enumerate(steps):
         step_type = step.get("type") if isinstance(step, dict) else None
         if step_type not in SUPPORTED_STEPS:
-            raise UnsupportedTaskStep(
-                f"task {task_id!r}: {where}[{index}] has unsupported step type {step_type!r}; "
-                f"supported types are: {', '.join(SUPPORTED_STEPS)}"
-            )
+            problems.append(f"{where}[{index}] has unsupported step type {step_type!r}")
+    return problems
+
+
+def check_steps(steps: Sequence[dict[str, Any]], task_id: str, where: str = "config") -> None:
+    """Raise `UnsupportedTaskStep` naming every step type this env cannot run."""
+    if problems := unsupported_steps(steps, where):
+        raise UnsupportedTaskStep(f"task {task_id!r}: {'; '.join(problems)}; supported types "
+                                  f"are: {', '.join(SUPPORTED_STEPS)}")
+
+
+def fill_placeholders(value: Any, width: int, height: int) -> Any:
+    """OSWorld's screen placeholders (`{SCREEN_WIDTH}`, `{SCREEN_HEIGHT}`, `{SCREEN_WIDTH_HALF}`,
+    `{SCREEN_HEIGHT_HALF}`) replaced in every string of a step's parameters."""
+    if isinstance(value, str):
+        for name, number in (("SCREEN_WIDTH_HALF", width // 2), ("SCREEN_HEIGHT_HALF", height // 2),
+                             ("SCREEN_WIDTH", width), ("SCREEN_HEIGHT", height)):
+            value = value.replace("{" + name + "}", str(number))
+        return value
+    if isinstance(value, list):
+        return [fill_placeholders(item, width, height) for item in value]
+    if isinstance(value, dict):
+        return {key: fill_placeholders(item, width, height) for key, item in value.items()}
+    return value
 
 
 def run_steps(context: StepContext, steps: Sequence[dict[str, Any]]) -> None:
     """Run set-up steps in order (call `check_steps` first)."""
+    session, _ = context
     for step in steps:
-        SUPPORTED_STEPS[step["type"]](context, dict(step.get("parameters", {})))
+        parameters = fill_placeholders(dict(step.get("parameters", {})), session.width,
+                                       session.height)
+        SUPPORTED_STEPS[step["type"]](context, parameters)

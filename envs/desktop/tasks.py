@@ -15,13 +15,20 @@ from typing import Any
 
 import datasets
 
-from envs.desktop.evaluate import check_evaluator
-from envs.desktop.setup_steps import check_steps
+from envs.desktop.evaluate import (
+    GETTERS,
+    INFEASIBLE,
+    METRICS,
+    UnsupportedEvaluator,
+    unsupported_evaluator_parts,
+)
+from envs.desktop.setup_steps import SUPPORTED_STEPS, UnsupportedTaskStep, unsupported_steps
 
 __all__ = [
     "TASKS_DIR",
     "SPLITS",
     "TaskFormatError",
+    "UnsupportedTaskParts",
     "check_task",
     "load_desktop_tasks",
     "load_task_file",
@@ -38,8 +45,14 @@ class TaskFormatError(ValueError):
     """A task file or row is not an OSWorld task."""
 
 
+class UnsupportedTaskParts(UnsupportedTaskStep, UnsupportedEvaluator):
+    """A task uses set-up steps, getters or metrics this env lacks; the message lists them all,
+    so one run of `check_task` says everything a task would need."""
+
+
 def check_task(task: dict[str, Any]) -> None:
-    """Raise if the task misses a key, or uses a set-up step, getter or metric we lack."""
+    """Raise if the task misses a key, or uses set-up steps, getters or metrics we lack (all of
+    them named in one `UnsupportedTaskParts`)."""
     if not isinstance(task, dict):
         raise TaskFormatError(f"a task must be a JSON object, got {type(task).__name__}")
     missing = [key for key in _REQUIRED_KEYS if key not in task]
@@ -48,9 +61,17 @@ def check_task(task: dict[str, Any]) -> None:
             f"task {task.get('id', '?')!r} lacks {', '.join(missing)}; an OSWorld task has "
             f"{', '.join(_REQUIRED_KEYS)}"
         )
-    check_steps(task["config"], task["id"], "config")
-    check_steps(task["evaluator"].get("postconfig", []), task["id"], "evaluator.postconfig")
-    check_evaluator(task["evaluator"], task["id"])
+    problems = [
+        *unsupported_steps(task["config"], "config"),
+        *unsupported_steps(task["evaluator"].get("postconfig", []), "evaluator.postconfig"),
+        *unsupported_evaluator_parts(task["evaluator"]),
+    ]
+    if problems:
+        raise UnsupportedTaskParts(
+            f"task {task['id']!r} needs what this env lacks: {'; '.join(problems)} (supported "
+            f"steps: {', '.join(SUPPORTED_STEPS)}; funcs: {', '.join([*METRICS, INFEASIBLE])}; "
+            f"getters: {', '.join(GETTERS)})"
+        )
 
 
 def load_task_file(path: str | Path) -> dict[str, Any]:
