@@ -418,3 +418,17 @@ def test_after_a_failed_reset_the_next_reset_works_through_gymnasium_make(tasks:
         assert observation and not terminated
     finally:
         env.close()
+
+
+@needs_desktop
+def test_apps_run_as_an_unprivileged_user_in_their_home() -> None:
+    from envs.desktop.display import DesktopSession
+
+    with DesktopSession() as session:
+        result = session.run("whoami; id -u; echo $HOME; grep CapEff /proc/self/status",
+                             shell=True)
+        user, uid, home, caps = result.stdout.splitlines()
+        assert (user, uid, home) == ("user", "1000", "/home/user")
+        assert caps.split()[1] == "0000000000000000"  # no capabilities
+        session.run("touch ~/made-by-user", shell=True)
+        assert (session.home / "made-by-user").is_file()

@@ -33,6 +33,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 VM_HOME = "/home/user"
+VM_UID = 1000
 REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap")
 _X_START_TIMEOUT_S = 30.0  # Xvfb compiles its keymap at start: seconds on a loaded 2-core machine
 # Display numbers this process hands out, never twice: an Xvfb that was killed can take a long
@@ -106,6 +107,11 @@ class DesktopSession:
         self.tmp = self.root / "tmp"
         self.home.mkdir()
         (self.tmp / ".X11-unix").mkdir(parents=True)
+        # Apps run as `user` (uid 1000 in a user namespace, no capabilities), as in OSWorld's VM;
+        # these files give the uid its name, so `whoami` and shell prompts say `user`.
+        (self.root / "passwd").write_text(f"root:x:0:0:root:/root:/bin/sh\n"
+                                          f"user:x:{VM_UID}:{VM_UID}:user:{VM_HOME}:/bin/sh\n")
+        (self.root / "group").write_text(f"root:x:0:\nuser:x:{VM_UID}:\n")
         self.display = ""
         self._processes: list[subprocess.Popen[bytes]] = []
         # Kills Xvfb and the apps even if the owner never calls close() (a crashed rollout).
@@ -206,7 +212,8 @@ class DesktopSession:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DISPLAY": self.display}
 
     def sandbox_argv(self, argv: Sequence[str]) -> list[str]:
-        """`argv` wrapped in bubblewrap: read-only root, private HOME and /tmp, no network."""
+        """`argv` wrapped in bubblewrap: read-only root, private HOME and /tmp, no network, run
+        as the unprivileged `user`."""
         socket = f"/tmp/.X11-unix/X{self.display.lstrip(':')}"
         return [
             "bwrap",
@@ -228,6 +235,17 @@ class DesktopSession:
             "--ro-bind",
             socket,
             socket,
+            "--ro-bind",
+            str(self.root / "passwd"),
+            "/etc/passwd",
+            "--ro-bind",
+            str(self.root / "group"),
+            "/etc/group",
+            "--unshare-user",
+            "--uid",
+            str(VM_UID),
+            "--gid",
+            str(VM_UID),
             "--unshare-net",
             "--unshare-pid",
             "--unshare-ipc",
