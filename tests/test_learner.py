@@ -65,6 +65,7 @@ def test_on_policy_step_equals_plain_reinforce_gradient(tiny_model: Path) -> Non
     metrics = learner.accumulate_gradients(groups)
     ours = _grads(learner)
     assert metrics["is/max"] == metrics["is/min"] == 1.0
+    assert metrics["is/lag0_max_abs_log"] == 0.0 and metrics["is/lag0_tokens"] > 0
 
     # Reference: autograd of -(1/N) sum_i A_i * mean_t logp_it over model tokens.
     learner.optimizer.zero_grad(set_to_none=True)
@@ -116,6 +117,7 @@ def test_lag_is_counted_in_updates_per_token(tiny_model: Path) -> None:
     metrics = learner.train_step([old])
     assert metrics["lag/hist"] == {"2": 32}
     assert metrics["lag/max"] == 2
+    assert metrics["is/lag0_tokens"] == 0  # every token is 2 updates old
     assert metrics["is/max"] > 0  # weights are computed against the stored behavior logprobs
 
 

@@ -15,6 +15,8 @@ CHARTS: dict[str, tuple[str, list[str]]] = {
     "reward": ("mean reward", ["charts/reward_mean", "eval/reward_mean"]),
     "importance_weights": ("importance weights", ["is/max", "is/median", "is/mean"]),
     "kl": ("rollout-to-learner KL (k3)", ["is/kl_k3"]),
+    "kernel_mismatch": ("|log IS weight| of lag-0 tokens (kernel mismatch alone)",
+                        ["is/lag0_max_abs_log"]),
     "grad_norm": ("pre-clip gradient norm", ["losses/grad_norm"]),
     "lag": ("policy lag (updates)", ["lag/mean", "lag/max"]),
 }

@@ -287,6 +287,7 @@ class Learner:
 
         b_weights: list[torch.Tensor] = []
         b_kl: list[torch.Tensor] = []
+        b_fresh: list[torch.Tensor] = []  # tokens of lag 0: same weights on both sides
         total_loss = 0.0
         forward_tokens = 0
         self.optimizer.zero_grad(set_to_none=True)
@@ -301,6 +302,7 @@ class Learner:
                     learner_logprobs = logprobs.double().cpu()
                     b_weights.append(torch.exp(learner_logprobs - sample.behavior_logprobs))
                     b_kl.append(k3_kl(learner_logprobs, sample.behavior_logprobs))
+                    b_fresh.append(sample.policy_versions == trained_at)
                 forward_tokens += sample.num_tokens
             # Every response counts 1/num_responses, flat groups included, so the loss is the
             # mean over all responses of the update however they were split into micro-batches.
@@ -311,7 +313,7 @@ class Learner:
 
         return {
             "losses/loss": total_loss,
-            **_weight_metrics(b_weights, b_kl),
+            **_weight_metrics(b_weights, b_kl, b_fresh),
             **_lag_metrics(lags),
             **group_metrics(groups),
             "charts/zero_variance_groups": zero_variance,
@@ -420,12 +422,21 @@ def learner_device(name: str) -> torch.device:
     return device
 
 
-def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor]) -> dict[str, float]:
+def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor],
+                    fresh: list[torch.Tensor]) -> dict[str, float]:
+    """IS weight statistics; `is/lag0_*` over the tokens sampled with the very weights the
+    learner holds, where any deviation from 1 is kernel mismatch alone (0 with matched
+    kernels), apart from the weight lag the other tokens carry."""
     if not weights:
         return {}
     w = torch.cat(weights)
     median = float(w.median())
+    at_lag0 = w[torch.cat(fresh)]
+    lag0 = {"is/lag0_tokens": int(at_lag0.numel())}
+    if at_lag0.numel():
+        lag0["is/lag0_max_abs_log"] = float(at_lag0.log().abs().max())
     return {
+        **lag0,
         "is/max": float(w.max()),
         "is/min": float(w.min()),
         "is/median": median,
