@@ -130,7 +130,7 @@ def bench_pipeline(
     config: Annotated[Path, typer.Option(help="The run config both modes use.")] = Path("configs/smoke.yaml"),
     updates: Annotated[int, typer.Option(min=1)] = 4,
     env_latency: Annotated[list[str] | None, typer.Option(
-        help="An env latency profile (repeatable): fixed:2.5, lognormal:2.5,1.0 or "
+        help="An env latency profile (repeatable): none, fixed:2.5, lognormal:2.5,1.0 or "
         "trace:FILE.json; each gets an async/sync pair.")] = None,
     runs_dir: Annotated[Path, typer.Option(help="Where the runs stay.")] = Path(
         "runs/bench_pipeline"),
@@ -141,9 +141,11 @@ def bench_pipeline(
     from agent_rl.benchmarks import pipeline_bench
     from envs.latency import parse_latency
 
-    for spec in env_latency or []:
-        parse_latency(spec)  # a bad profile fails before any engine starts
-    _save(pipeline_bench.run(console, config, updates=updates, latencies=env_latency,
+    latencies = [None if spec == "none" else spec for spec in env_latency or ["none"]]
+    for spec in latencies:
+        if spec is not None:
+            parse_latency(spec)  # a bad profile fails before any engine starts
+    _save(pipeline_bench.run(console, config, updates=updates, latencies=latencies,
                              runs_dir=runs_dir), out, "pipeline")
 
 

@@ -1,0 +1,53 @@
+"""`agent-rl bench pipeline` with env latency profiles, and the simulator calibrated on its
+latency-free sync run: the chain the README's asynchrony figures come from, on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from rich.console import Console
+
+from agent_rl.benchmarks import pipeline_bench
+from agent_rl.simulate.costs import costs_from_run
+from agent_rl.simulate.predict import check, predict
+from agent_rl.train_config import load_train_config
+
+CONFIG = {
+    "model": "tiny",
+    "seed": 5,
+    "env": {"id": "agent_rl/Parity-v0"},
+    "rollout": {"group_size": 2, "max_tokens_per_turn": 8},
+    "engine": {"max_model_len": 256, "kv_cache_gib": 0.25},
+    "pipeline": {"groups_per_update": 1, "groups_in_flight_per_actor": 2,
+                 "stall_timeout_s": 300.0},
+}
+
+
+@pytest.mark.slow
+def test_latency_profiles_run_in_pairs_and_calibrate_the_simulator(local_ray, tmp_path):
+    config_path = tmp_path / "bench.yaml"
+    config_path.write_text(yaml.safe_dump(CONFIG))
+    report = pipeline_bench.run(Console(quiet=True), config_path, updates=2,
+                                latencies=[None, "fixed:0.2"], runs_dir=tmp_path / "runs")
+    plain, slow = report["profiles"]
+    assert (plain["env_latency"], slow["env_latency"]) == (None, "fixed:0.2")
+    for profile in (plain, slow):
+        assert profile["async_over_sync"] > 0
+        for mode in ("async", "sync"):
+            summary = json.loads((tmp_path / "runs" / _slug(profile) / mode /
+                                  "summary.json").read_text())
+            assert summary["mode"] == mode and summary["updates"] == 2
+    assert plain["sync"]["env_wait_s_per_episode"] == 0.0
+    assert slow["sync"]["env_wait_s_per_episode"] == pytest.approx(0.2)  # one step an episode
+
+    costs = costs_from_run(plain["sync"]["run_dir"])
+    predictions = predict(load_train_config(config_path), costs, updates=2)
+    rows = check(predictions, [plain["sync"]["run_dir"], plain["async"]["run_dir"]])
+    assert {row["mode"] for row in rows} == {"sync", "async"}
+    assert all(row["predicted_updates_per_hour"] > 0 for row in rows)
+
+
+def _slug(profile: dict) -> str:
+    return "no-latency" if profile["env_latency"] is None else "fixed_0.2"
