@@ -103,6 +103,7 @@ def test_sft_ids_equal_the_rollout_ids_for_the_same_turns(tokenizer, demos):
     assert trajectory.token_ids == row["token_ids"]
     assert trajectory.loss_mask == row["loss_mask"]
     assert trajectory.reward == 1.0
+    assert trajectory.info["tool_calls_total"] == 1  # the python call; `answer` is not counted
 
 
 def test_only_the_assistant_turns_are_model_tokens(tokenizer, demos):

@@ -14,6 +14,7 @@ from agent_rl.metrics import read_metrics
 CHARTS: dict[str, tuple[str, list[str]]] = {
     "reward": ("mean reward", ["charts/reward_mean", "eval/reward_mean"]),
     "importance_weights": ("importance weights", ["is/max", "is/median", "is/mean"]),
+    "tool_use": ("tool use per episode", ["charts/tool_calls_mean", "charts/tool_use_share"]),
     "kl": ("rollout-to-learner KL (k3)", ["is/kl_k3"]),
     "kernel_mismatch": ("|log IS weight| of lag-0 tokens (kernel mismatch alone)",
                         ["is/lag0_max_abs_log"]),

@@ -473,6 +473,11 @@ def group_metrics(groups: list[Group]) -> dict[str, float]:
         "charts/episode_tokens_mean": sum(len(t.token_ids) for t in trajectories)
         / len(trajectories),
         "charts/turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
+        # tool use: calls of tools other than `answer` per episode, and the share that made one
+        "charts/tool_calls_mean": sum(t.info.get("tool_calls_total", 0) for t in trajectories)
+        / len(trajectories),
+        "charts/tool_use_share": sum(t.info.get("tool_calls_total", 0) > 0 for t in trajectories)
+        / len(trajectories),
         # what an env latency profile (envs.latency) made each episode wait, in all
         "perf/env_latency_s_mean": sum(t.info.get("env_latency_total_s", 0.0)
                                        for t in trajectories) / len(trajectories),

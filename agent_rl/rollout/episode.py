@@ -125,7 +125,8 @@ async def _step(sample_turn: SampleTurn, env_threads: EnvThreads, env: Any,
         text = tokens.add_assistant(turn.token_ids, turn.stop_token)
         env_messages, reward, terminated, truncated, info = await env_threads.call(env.step, text)
         episode.reward += float(reward)
-        episode.info = _public_info(info)
+        tool_calls = episode.info.get("tool_calls_total", 0) + _tool_calls(info)
+        episode.info = {**_public_info(info), "tool_calls_total": tool_calls}
         if terminated or truncated:
             episode.end_reason = END_TERMINATED if terminated else END_TRUNCATED
             return
@@ -194,6 +195,12 @@ def _task_id(task: dict[str, Any] | None) -> str:
 
 def _category(task: dict[str, Any] | None) -> str:
     return str(task.get("category", "")) if task else ""
+
+
+def _tool_calls(info: dict[str, Any]) -> int:
+    """Calls of tools other than the final `answer` in one step (a ToolEnv's `info["tool_calls"]`)."""
+    calls = (info or {}).get("tool_calls") or []
+    return sum(1 for call in calls if isinstance(call, dict) and call.get("name") != "answer")
 
 
 def _public_info(info: dict[str, Any]) -> dict[str, Any]:
