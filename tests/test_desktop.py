@@ -432,3 +432,90 @@ def test_apps_run_as_an_unprivileged_user_in_their_home() -> None:
         assert caps.split()[1] == "0000000000000000"  # no capabilities
         session.run("touch ~/made-by-user", shell=True)
         assert (session.home / "made-by-user").is_file()
+
+
+def _copy_jpgs_task(tmp_path: Path) -> dict:
+    """OSWorld's os task 23393935 (copy the .jpg files of photos/ into cpjpg/) in its own
+    format: download steps (served here from the offline cache), a pyautogui `execute` with
+    screen placeholders, `list_directory` + `check_moved_jpgs`. The URLs are made up."""
+    steps = []
+    for name in ("photos/trip/a.jpg", "photos/trip/deep/b.jpg", "photos/c.jpg", "photos/d.png"):
+        url = f"https://files.example.org/{name}"
+        local = tmp_path / name.replace("/", "_")
+        local.write_bytes(b"image " + name.encode())
+        file_cache.add(url, local)
+        steps.append({"type": "download", "parameters": {"files": [
+            {"url": url, "path": f"/home/user/Desktop/{name}"}]}})
+    return {
+        "id": "23393935-copy-jpgs", "snapshot": "os", "related_apps": ["os"],
+        "instruction": "Recursively go through the folders of the 'photos' directory and copy "
+                       "any .jpg files found into another directory named 'cpjpg'.",
+        "config": [*steps, {"type": "launch", "parameters": {"command": ["xterm"]}},
+                   {"type": "execute", "parameters": {"command": [
+                       "python", "-c", "import pyautogui; pyautogui.click({SCREEN_WIDTH_HALF}, "
+                       "{SCREEN_HEIGHT_HALF})"]}}],
+        "evaluator": {"func": "check_moved_jpgs",
+                      "result": {"type": "list_directory", "path": "/home/user/Desktop/cpjpg"},
+                      "expected": {"type": "rule", "rules": {"expected": ["a.jpg", "b.jpg",
+                                                                          "c.jpg"]}}},
+    }
+
+
+@needs_desktop
+def test_the_copy_jpgs_task_scores_a_scripted_solution_1_and_a_no_op_0(
+    env: DesktopEnv, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path))
+    task = _copy_jpgs_task(tmp_path)
+    env.reset(options={"task": task})
+    assert env.step(call("DONE"))[1] == 0.0  # no cpjpg folder
+    env.reset(options={"task": task})
+    env.step(call("TYPING", text="mkdir ~/Desktop/cpjpg && find ~/Desktop/photos -name '*.jpg' "
+                                 "-exec cp {} ~/Desktop/cpjpg/ \\;\n"))
+    env.step(call("WAIT"))
+    assert env.step(call("DONE"))[1] == 1.0
+
+
+@needs_desktop
+def test_every_supported_step_getter_and_metric_does_its_part(env: DesktopEnv) -> None:
+    """One task that uses each supported set-up step, getter and metric the shipped tasks do
+    not: every step runs, and it scores 1 only if the files, the command, the launched terminal
+    and the closed editor are where OSWorld's steps would leave them."""
+    shipped = "shipped beside the tasks\n"
+    task = {
+        "id": "every-piece", "instruction": "Say done.",
+        "config": [
+            {"type": "create_file", "parameters": {"path": "/home/user/expected.txt",
+                                                   "content": shipped}},
+            {"type": "upload_file", "parameters": {"files": [
+                {"local_path": "hello.txt", "path": "/home/user/copy/hello.txt"}]}},
+            {"type": "open", "parameters": {"path": "/home/user/expected.txt"}},
+            {"type": "launch", "parameters": {"command": ["xterm"]}},
+            {"type": "activate_window", "parameters": {"window_name": "XTerm",
+                                                       "by_class": True}},
+            {"type": "close_window", "parameters": {"window_name": "Xedit", "by_class": True}},
+            {"type": "sleep", "parameters": {"seconds": 0.3}},
+            {"type": "command", "parameters": {"command": "echo hi > /home/user/cmd.txt",
+                                               "shell": True}},
+        ],
+        "evaluator": {
+            "conj": "and",
+            "func": ["compare_text_file", "is_in_list", "literal_match",
+                     "check_include_exclude"],
+            "result": [
+                {"type": "vm_file", "path": "/home/user/copy/hello.txt"},
+                {"type": "list_directory", "path": "/home/user"},
+                {"type": "vm_command_error", "command": "echo oops >&2", "shell": True},
+                {"type": "accessibility_tree"},
+            ],
+            "expected": [
+                {"type": "vm_file", "path": "/home/user/expected.txt"},
+                {"type": "rule", "rules": {"expected": "cmd.txt"}},
+                {"type": "rule", "rules": "oops\n"},
+                {"type": "rule", "rules": {"include": ["app=XTerm"], "exclude": ["app=Xedit"]}},
+            ],
+            "options": [{}, {}, {}, {}],
+        },
+    }
+    env.reset(options={"task": task})
+    assert env.step(call("DONE"))[1] == 1.0

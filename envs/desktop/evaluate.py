@@ -146,7 +146,20 @@ def literal_match(result: Any, expected: Any, **options: Any) -> float:
     return float(result == expected)
 
 
+def check_moved_jpgs(result: Any, rules: dict[str, Any]) -> float:
+    """1 if the folder holds exactly the `rules["expected"]` file names (OSWorld's check for
+    "copy every .jpg into cpjpg"); the folder is OSWorld's tree (`{"children": [{"name":
+    ...}]}`) or our `list_directory` list of names."""
+    if result is None:
+        return 0.0
+    children = result.get("children", []) if isinstance(result, dict) else result
+    names = [child["name"] if isinstance(child, dict) else str(child) for child in children]
+    expected = list(rules["expected"])
+    return float(len(names) == len(expected) and set(names) == set(expected))
+
+
 METRICS: dict[str, Callable[..., float]] = {
+    "check_moved_jpgs": check_moved_jpgs,
     "exact_match": exact_match,
     "check_include_exclude": check_include_exclude,
     "compare_text_file": compare_text_file,

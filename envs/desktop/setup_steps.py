@@ -82,6 +82,8 @@ def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
 def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
     session, _ = context
     command, shell = _command_argv(parameters)
+    if isinstance(command, list) and command[0] == "python":  # OSWorld's VM names it so
+        command = ["python3", *command[1:]]
     result = session.run(command, shell=shell, timeout_s=float(parameters.get("timeout", 10)))
     if result.returncode != 0:
         # OSWorld does not stop a task when a set-up command fails; we log it loudly.
