@@ -249,13 +249,13 @@ def test_one_check_lists_every_unsupported_piece_of_a_task() -> None:
     broken = task | {
         "config": [{"type": "chrome_open_tabs", "parameters": {}}, *task["config"],
                    {"type": "googledrive", "parameters": {}}],
-        "evaluator": task["evaluator"] | {"func": "check_moved_jpgs",
+        "evaluator": task["evaluator"] | {"func": "compare_pptx_files",
                                           "result": {"type": "cloud_file"}},
     }
     with pytest.raises(UnsupportedTaskParts) as error:
         check_task(broken)
     for piece in ("config[0]", "'chrome_open_tabs'", f"config[{len(task['config']) + 1}]",
-                  "'googledrive'", "'check_moved_jpgs'", "'cloud_file'"):
+                  "'googledrive'", "'compare_pptx_files'", "'cloud_file'"):
         assert piece in str(error.value)
 
 
@@ -519,3 +519,31 @@ def test_every_supported_step_getter_and_metric_does_its_part(env: DesktopEnv) -
     }
     env.reset(options={"task": task})
     assert env.step(call("DONE"))[1] == 1.0
+
+
+@needs_desktop
+def test_the_desktop_menu_is_read_from_the_observation_and_opens_a_terminal(
+    env: DesktopEnv,
+) -> None:
+    """A right-click on the desktop lists the root menu and its items with their centres; a
+    scripted agent clicks "Terminal" at the centre the observation gives, nothing else."""
+    task = {"id": "open-terminal", "instruction": "Open a terminal.", "config": [],
+            "evaluator": {"func": "check_include_exclude",
+                          "result": {"type": "accessibility_tree"},
+                          "expected": {"type": "rule", "rules": {"include": ["app=XTerm"]}}}}
+    env.reset(options={"task": task})
+    observation = env.step(call("CLICK", x=900, y=700, button="right"))[0][-1]["content"]
+    found = re.search(r'menu item "Terminal" at .* center \((\d+), (\d+)\)', observation)
+    assert found, observation
+    env.step(call("CLICK", x=int(found[1]), y=int(found[2])))
+    env.step(call("WAIT"))
+    assert env.step(call("DONE"))[1] == 1.0
+
+
+@needs_desktop
+def test_reset_takes_a_task_by_index_or_id_as_the_env_contract_says(env: DesktopEnv) -> None:
+    first = env.dataset[0]
+    assert env.reset(options={"task": 0})[1]["task_id"] == first["task_id"]
+    assert env.reset(options={"task": first["task_id"]})[1]["task_id"] == first["task_id"]
+    with pytest.raises(ValueError, match="no task 'nope'"):
+        env.reset(options={"task": "nope"})

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 VM_HOME = "/home/user"
 VM_UID = 1000
+ROOT_MENU_LABELS = ("Terminal", "Text editor", "File manager")  # the right-click menu, in order
 REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap")
 _X_START_TIMEOUT_S = 30.0  # Xvfb compiles its keymap at start: seconds on a loaded 2-core machine
 # Display numbers this process hands out, never twice: an Xvfb that was killed can take a long
@@ -176,11 +177,8 @@ class DesktopSession:
         return int(data.strip())
 
     def _start_window_manager(self) -> None:
-        menu = {
-            "Terminal": shlex.join(self.sandbox_argv(["xterm"])),
-            "Text editor": shlex.join(self.sandbox_argv(["xedit"])),
-            "File manager": shlex.join(self.sandbox_argv(["xfe", VM_HOME])),
-        }
+        apps = {"Terminal": ["xterm"], "Text editor": ["xedit"], "File manager": ["xfe", VM_HOME]}
+        menu = {label: shlex.join(self.sandbox_argv(apps[label])) for label in ROOT_MENU_LABELS}
         config = self.root / "jwmrc"
         config.write_text(_jwm_config(menu))
         self._processes.append(

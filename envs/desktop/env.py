@@ -12,13 +12,13 @@ import gymnasium
 import numpy as np
 
 from envs.desktop.actions import ENDING_ACTIONS, Computer
-from envs.desktop.display import DesktopSession
+from envs.desktop.display import ROOT_MENU_LABELS, DesktopSession
 from envs.desktop.evaluate import EvalContext, evaluate
 from envs.desktop.file_cache import MissingDownload, explain_missing, missing_downloads
 from envs.desktop.observe import Observer, render_tree
 from envs.desktop.recording import EpisodeRecorder, RecordedStep
 from envs.desktop.setup_steps import run_steps
-from envs.desktop.tasks import load_desktop_tasks, task_from_row
+from envs.desktop.tasks import TaskFormatError, load_desktop_tasks, task_from_row
 from envs.spaces import AssistantText, MessagesSpace
 from envs.tool_calls import (
     MalformedToolCall,
@@ -109,6 +109,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         self.split = split
         self.tasks = load_desktop_tasks(split, categories)
+        self.dataset = self.tasks  # the env contract's name for the split's tasks
         self.screen_size = (screen_width, screen_height)
         self.max_turns = max_turns
         self.record_dir = Path(record_dir) if record_dir is not None else None
@@ -144,7 +145,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         started = time.perf_counter()
         self._end_episode()
         if options and options.get("task") is not None:
-            task = task_from_row(options["task"])
+            task = task_from_row(self._task_row(options["task"]))
         else:
             task = task_from_row(self.tasks[int(self.np_random.integers(len(self.tasks)))])
         if missing := missing_downloads(task):  # before any X server starts
@@ -155,7 +156,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             session.start()
             (session.home / ".config" / "xfe").mkdir(parents=True)
             (session.home / ".config" / "xfe" / "xferc").write_text(_XFE_CONFIG)
-            self._observer = Observer(session.display)
+            self._observer = Observer(session.display, root_menu_labels=ROOT_MENU_LABELS)
             run_steps((session, self._observer), task["config"])
         except BaseException:
             self._end_episode()
@@ -204,6 +205,20 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             self._last_screenshot = np.asarray(image)
         self.last_screenshot = self._recorder.save_screenshot(image, index)
         return text, self.last_screenshot
+
+    def _task_row(self, choice: Any) -> dict[str, Any]:
+        """`options["task"]` as a task row: a row or task itself, an index, or a task id."""
+        if isinstance(choice, int):
+            if not 0 <= choice < len(self.tasks):
+                raise TaskFormatError(f"task index {choice} is outside this split's "
+                                      f"{len(self.tasks)} tasks")
+            return self.tasks[choice]
+        if isinstance(choice, str):
+            for row in self.tasks:
+                if row["task_id"] == choice:
+                    return row
+            raise TaskFormatError(f"no task {choice!r} in the {self.split} split")
+        return choice
 
     def step(self, action: str) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
         if self._session is None or self._recorder is None:

@@ -54,8 +54,10 @@ class Node:
 class Observer:
     """Reads the screen of one X display. Open once per episode, `close()` at its end."""
 
-    def __init__(self, display_name: str, max_widgets_per_window: int = 24, max_depth: int = 4):
+    def __init__(self, display_name: str, max_widgets_per_window: int = 24, max_depth: int = 4,
+                 root_menu_labels: tuple[str, ...] = ()):
         self.display = Display(display_name)
+        self.root_menu_labels = root_menu_labels
         self.root = self.display.screen().root
         self.max_widgets_per_window = max_widgets_per_window
         self.max_depth = max_depth
@@ -163,7 +165,44 @@ class Observer:
                 nodes.append(node)
             except error.BadWindow:
                 continue  # the window closed while we were reading it
-        return nodes
+        return self._menus() + nodes
+
+    def _menus(self) -> list[Node]:
+        """Open pop-up menus: mapped top-level windows that hold no managed client (an app's
+        override-redirect pop-ups, and the window manager's own menus), which the window
+        manager's client list leaves out.
+
+        The window manager's root menu (a right-click on the desktop) is drawn by JWM, so X
+        holds no item windows; its items are the labels the env configured, in order, each an
+        equal share of the menu's height (JWM draws them so, with no separators configured).
+        """
+        menus = []
+        frames = set()
+        for client in self.client_windows():
+            try:
+                frames.add(self._frame_of(client))
+            except error.BadWindow:
+                continue
+        for window in reversed(self.root.query_tree().children):
+            try:
+                attributes = window.get_attributes()
+                if window.id in frames or attributes.map_state != X.IsViewable:
+                    continue
+                x, y, width, height = self._box(window)
+                if width < _MIN_WIDGET_PIXELS or height < _MIN_WIDGET_PIXELS:
+                    continue
+                app = self._app(window)
+                node = Node("menu", self.title(window), app, x, y, width, height)
+                labels = self.root_menu_labels
+                if not app and labels:  # JWM's own menu window has no WM_CLASS
+                    node.name = "desktop menu"
+                    step = height / len(labels)
+                    node.children = [Node("menu item", label, "", x, round(y + i * step), width,
+                                          round(step)) for i, label in enumerate(labels)]
+                menus.append(node)
+            except error.BadWindow:
+                continue
+        return menus
 
     def _widgets(self, window: Window) -> list[Node]:
         widgets: list[Node] = []
