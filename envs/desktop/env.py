@@ -33,6 +33,8 @@ __all__ = ["DesktopEnv"]
 
 logger = logging.getLogger(__name__)
 
+LAUNCH_WAIT_S = 2.0  # longest wait for the window of an app chosen from a menu
+
 _PREAMBLE = """You operate a Linux desktop ({width}x{height} pixels) with a mouse and keyboard \
 to complete the user's task. Apps: xterm (terminal), xedit (text editor; Ctrl+X then Ctrl+S \
 saves), xfe (file manager). Right-click the empty desktop for the app menu; Alt+F4 closes a \
@@ -206,6 +208,21 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         self.last_screenshot = self._recorder.save_screenshot(image, index)
         return text, self.last_screenshot
 
+    def _await_launched_window(self, before: tuple[set[int], set[int]]) -> None:
+        """A menu closed during the step (an item was chosen): the app it starts takes a few
+        hundred milliseconds to map its window, so wait (at most `LAUNCH_WAIT_S`) for a new
+        one rather than show a screen the next instant will change."""
+        assert self._observer is not None
+        clients, menus = before
+        if not menus or self._observer.window_ids()[1]:
+            return
+        deadline = time.monotonic() + LAUNCH_WAIT_S
+        while time.monotonic() < deadline:
+            if self._observer.window_ids()[0] - clients:
+                time.sleep(self.settle_s)  # let it draw its first frame
+                return
+            time.sleep(0.02)
+
     def _task_row(self, choice: Any) -> dict[str, Any]:
         """`options["task"]` as a task row: a row or task itself, an index, or a task id."""
         if isinstance(choice, int):
@@ -236,6 +253,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         if not parsed.valid_calls and parsed.answer is None:
             messages.append({"role": "user", "content": format_tool_feedback(parsed.errors)})
         else:
+            before = self._observer.window_ids()
             for call in calls:
                 if isinstance(call, MalformedToolCall):
                     content = f"Error: {call.reason}"
@@ -248,6 +266,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
                 if call.name in ENDING_ACTIONS:
                     break
             time.sleep(self.settle_s)
+            self._await_launched_window(before)
         terminated = self.computer.ended_by is not None
         truncated = not terminated and self._turn >= self.max_turns
         reward, evaluation_error = 0.0, None

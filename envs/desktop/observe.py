@@ -167,41 +167,54 @@ class Observer:
                 continue  # the window closed while we were reading it
         return self._menus() + nodes
 
-    def _menus(self) -> list[Node]:
-        """Open pop-up menus: mapped top-level windows that hold no managed client (an app's
-        override-redirect pop-ups, and the window manager's own menus), which the window
-        manager's client list leaves out.
+    def window_ids(self) -> tuple[set[int], set[int]]:
+        """Ids of the managed client windows and of the open pop-up menus."""
+        return ({window.id for window in self.client_windows()},
+                {window.id for window, _ in self._popups()})
 
-        The window manager's root menu (a right-click on the desktop) is drawn by JWM, so X
-        holds no item windows; its items are the labels the env configured, in order, each an
-        equal share of the menu's height (JWM draws them so, with no separators configured).
-        """
-        menus = []
+    def _popups(self) -> list[tuple[Window, tuple[int, int, int, int]]]:
+        """Mapped top-level windows that hold no managed client (an app's override-redirect
+        pop-ups, the window manager's own menus), top first, with their boxes: the window
+        manager's client list leaves them out."""
         frames = set()
         for client in self.client_windows():
             try:
                 frames.add(self._frame_of(client))
             except error.BadWindow:
                 continue
+        popups = []
         for window in reversed(self.root.query_tree().children):
             try:
-                attributes = window.get_attributes()
-                if window.id in frames or attributes.map_state != X.IsViewable:
+                if window.id in frames or window.get_attributes().map_state != X.IsViewable:
                     continue
-                x, y, width, height = self._box(window)
-                if width < _MIN_WIDGET_PIXELS or height < _MIN_WIDGET_PIXELS:
-                    continue
-                app = self._app(window)
-                node = Node("menu", self.title(window), app, x, y, width, height)
-                labels = self.root_menu_labels
-                if not app and labels:  # JWM's own menu window has no WM_CLASS
-                    node.name = "desktop menu"
-                    step = height / len(labels)
-                    node.children = [Node("menu item", label, "", x, round(y + i * step), width,
-                                          round(step)) for i, label in enumerate(labels)]
-                menus.append(node)
+                box = self._box(window)
             except error.BadWindow:
                 continue
+            if box[2] >= _MIN_WIDGET_PIXELS and box[3] >= _MIN_WIDGET_PIXELS:
+                popups.append((window, box))
+        return popups
+
+    def _menus(self) -> list[Node]:
+        """Open pop-up menus as nodes.
+
+        The window manager's root menu (a right-click on the desktop) is drawn by JWM, so X
+        holds no item windows; its items are the labels the env configured, in order, each an
+        equal share of the menu's height (JWM draws them so, with no separators configured).
+        """
+        menus = []
+        for window, (x, y, width, height) in self._popups():
+            try:
+                app, name = self._app(window), self.title(window)
+            except error.BadWindow:
+                continue
+            node = Node("menu", name, app, x, y, width, height)
+            labels = self.root_menu_labels
+            if not app and labels:  # JWM's own menu window has no WM_CLASS
+                node.name = "desktop menu"
+                step = height / len(labels)
+                node.children = [Node("menu item", label, "", x, round(y + i * step), width,
+                                      round(step)) for i, label in enumerate(labels)]
+            menus.append(node)
         return menus
 
     def _widgets(self, window: Window) -> list[Node]:
