@@ -8,7 +8,7 @@ ACCEL := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 STAMP := $(VENV)/.installed-$(ACCEL)
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-handwritten test lint clean
+.PHONY: install demo demo-handwritten learning-curve test lint clean
 
 install: $(STAMP)
 
@@ -70,6 +70,16 @@ demo-handwritten: $(DEMO)/compare.md
 	$(AGENT_RL) eval --model $(DEMO)/run $(HAND) --out $(DEMO)/hand-rl
 	$(AGENT_RL) compare base=$(DEMO)/hand-base sft=$(DEMO)/hand-sft rl=$(DEMO)/hand-rl --out $(DEMO)/hand
 	@cp $(DEMO)/hand/compare.json docs/figures/demo_compare_handwritten.json
+
+# The learning run (#20): the main job's RL from the same SFT checkpoint for an hour, evaluated on
+# the main job's held-out tasks and set against the SFT model; curves in runs/learning_curve/plots.
+LC := runs/learning_curve
+
+learning-curve: $(DEMO)/eval-sft/report.json
+	$(AGENT_RL) train configs/learning_curve.yaml --set out_dir=$(LC) --set init_from=$(DEMO)/sft
+	$(AGENT_RL) eval --model $(LC) $(DEMO_EVAL) --out $(LC)/eval
+	$(AGENT_RL) compare sft=$(DEMO)/eval-sft rl=$(LC)/eval --out $(LC)/compare
+	$(AGENT_RL) plot $(LC)
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
