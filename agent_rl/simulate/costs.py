@@ -93,6 +93,9 @@ def costs_from_run(run_dir: str | Path, shared_cores: bool = True) -> Costs:
         update_overhead_s=max(0.0, learner_s / updates - _mean(records, "perf/learner_step_s")),
         flat_group_share=flat / groups if groups else 0.0,
         shared_cores=shared_cores,
+        # A sync run never overlaps the two, so it cannot measure this: with both on the same
+        # cores, each gets about half of them while both run.
+        rollout_share_while_training=0.5 if shared_cores else 1.0,
     )
 
 
