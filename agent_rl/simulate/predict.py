@@ -80,21 +80,28 @@ def ratio(results: dict[str, SimResult]) -> float:
 
 
 def plot_sweep(rows: list[dict[str, Any]], path: Path) -> Path:
-    """async/sync against rollout devices, one line per env latency."""
+    """async/sync against rollout devices, one line per env latency; against env latency when
+    only one device count was swept."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6, 4))
-    for latency in sorted({row["env_step_s"] for row in rows}):
-        line = [row for row in rows if row["env_step_s"] == latency]
-        axes.plot([row["rollout_devices"] for row in line],
-                  [row["async_over_sync"] for row in line], marker="o",
-                  label=f"env step {latency:g} s")
+    devices = sorted({row["rollout_devices"] for row in rows})
+    if len(devices) == 1:
+        axes.plot([row["env_step_s"] for row in rows], [row["async_over_sync"] for row in rows],
+                  marker="o", label=f"{devices[0]} rollout device(s)")
+        axes.set_xlabel("mean env step latency (s)")
+    else:
+        for latency in sorted({row["env_step_s"] for row in rows}):
+            line = [row for row in rows if row["env_step_s"] == latency]
+            axes.plot([row["rollout_devices"] for row in line],
+                      [row["async_over_sync"] for row in line], marker="o",
+                      label=f"env step {latency:g} s")
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("rollout devices")
     axes.axhline(1.0, color="grey", linewidth=0.8)
-    axes.set_xscale("log", base=2)
-    axes.set_xlabel("rollout devices")
     axes.set_ylabel("async / sync updates per hour (predicted)")
     axes.legend()
     figure.tight_layout()
