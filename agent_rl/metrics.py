@@ -17,6 +17,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"  # a finished run's timings and ledger counts
 
 
 class MetricsWriter:
@@ -65,6 +66,25 @@ class MetricsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    (Path(run_dir) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A finished run's summary (mode, updates, wall times, updates/hour, lag, ledger).
+
+    Raises:
+        ConfigError: the run never finished (or the folder is not a run).
+    """
+    from agent_rl.config import ConfigError
+
+    path = Path(run_dir) / SUMMARY_FILE
+    if not path.exists():
+        raise ConfigError(f"{run_dir} has no {SUMMARY_FILE} (written when `agent-rl train` or "
+                          "`agent-rl bench pipeline` finishes a run)")
+    return json.loads(path.read_text())
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

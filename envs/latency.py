@@ -13,6 +13,7 @@ written as a string so that it fits a config or a command line:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -54,8 +55,10 @@ class Latency:
         return sum(self.trace) / len(self.trace) if self.kind == "trace" else self.mean_s
 
 
+@functools.lru_cache(maxsize=64)
 def parse_latency(spec: str) -> Latency:
-    """`fixed:2.5`, `lognormal:2.5,1.0` or `trace:FILE.json` as a `Latency`.
+    """`fixed:2.5`, `lognormal:2.5,1.0` or `trace:FILE.json` as a `Latency`; read once per
+    spec (every episode's env is wrapped, and a trace file need not be read each time).
 
     Raises:
         LatencySpecError: any other string, a negative time, or a trace that is not a

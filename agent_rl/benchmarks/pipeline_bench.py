@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent_rl.config import with_overrides
+from agent_rl.metrics import read_metrics
 from agent_rl.orchestrate.pipeline import RunSummary, train
 from agent_rl.train_config import TrainConfig, load_train_config
 
@@ -73,7 +74,7 @@ def _profile(latency: str | None, results: dict[str, RunSummary]) -> dict[str, A
         "async_over_sync": results["async"].updates_per_hour / sync if sync else float("nan"),
     }
     for mode, summary in results.items():
-        records = _metrics(summary.run_dir)
+        records = read_metrics(summary.run_dir)
         learner_s = sum(r.get("perf/update_s", 0.0) for r in records)
         responses = sum(r.get("charts/responses", 0) for r in records) or 1
         env_wait = sum(r.get("perf/env_latency_s_mean", 0.0) * r.get("charts/responses", 0)
@@ -88,13 +89,6 @@ def _profile(latency: str | None, results: dict[str, RunSummary]) -> dict[str, A
             "env_wait_s_per_episode": env_wait / responses,
         }
     return profile
-
-
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    import json
-
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _slug(latency: str | None) -> str:

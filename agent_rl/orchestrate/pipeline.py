@@ -17,7 +17,6 @@ through `DriverFaults` at the hook points, not as branches in the loop. Whatever
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from agent_rl.config import dump_config
 from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
 from agent_rl.learn.learner import group_metrics
-from agent_rl.metrics import MetricsWriter
+from agent_rl.metrics import MetricsWriter, write_summary
 from agent_rl.orchestrate.actor_pool import (
     ActorDied,
     ActorPool,
@@ -93,12 +92,12 @@ def train(config: TrainConfig, on_update: OnUpdate | None = None,
     `on_status(text)` while a slow start-up waits. The summary is saved as `summary.json`
     too (`agent-rl simulate --calibrate` reads its timings)."""
     summary = Pipeline(config, on_update, on_status).run()
-    (summary.run_dir / "summary.json").write_text(json.dumps({
+    write_summary(summary.run_dir, {
         "mode": summary.mode, "updates": summary.updates, "wall_s": summary.wall_s,
         "train_wall_s": summary.train_wall_s, "updates_per_hour": summary.updates_per_hour,
         "lag_max": summary.lag_max, "resumed_from": summary.resumed_from,
         "ledger": summary.ledger,
-    }, indent=2, default=str) + "\n")
+    })
     return summary
 
 

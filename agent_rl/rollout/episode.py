@@ -24,6 +24,7 @@ from agent_rl.trajectory import (
     END_TRUNCATED,
     Trajectory,
 )
+from envs.tools import ANSWER_TOOL_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,8 @@ def _category(task: dict[str, Any] | None) -> str:
 def _tool_calls(info: dict[str, Any]) -> int:
     """Calls of tools other than the final `answer` in one step (a ToolEnv's `info["tool_calls"]`)."""
     calls = (info or {}).get("tool_calls") or []
-    return sum(1 for call in calls if isinstance(call, dict) and call.get("name") != "answer")
+    return sum(1 for call in calls
+               if isinstance(call, dict) and call.get("name") != ANSWER_TOOL_NAME)
 
 
 def _public_info(info: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ measured run.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 from pydantic import Field
 
 from agent_rl.config import ConfigError, StrictModel
+from agent_rl.metrics import METRICS_FILE, read_metrics, read_summary
 
 
 class Costs(StrictModel):
@@ -62,9 +62,11 @@ def costs_from_run(run_dir: str | Path, shared_cores: bool = True) -> Costs:
     asynchronous run the one to predict.
     """
     run_dir = Path(run_dir)
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     resumed_from = summary.get("resumed_from") or 0  # earlier processes' updates: not timed here
-    records = [r for r in _metrics(run_dir) if r.get("step", 0) > resumed_from]
+    records = [r for r in read_metrics(run_dir) if r["step"] > resumed_from]
+    if not records:
+        raise ConfigError(f"{run_dir} recorded no update in {METRICS_FILE} to measure")
     updates = len(records)
     learner_s = sum(r["perf/update_s"] for r in records)
     groups = sum(r.get("charts/groups", 0) for r in records)
@@ -97,21 +99,6 @@ def costs_from_run(run_dir: str | Path, shared_cores: bool = True) -> Costs:
         # cores, each gets about half of them while both run.
         rollout_share_while_training=0.5 if shared_cores else 1.0,
     )
-
-
-def _metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        raise ConfigError(f"{run_dir} has no metrics.jsonl: is it a training run's folder?")
-    with path.open() as file:
-        return [json.loads(line) for line in file if line.strip()]
-
-
-def _summary(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "summary.json"
-    if not path.exists():
-        raise ConfigError(f"{run_dir} has no summary.json (written when a run finishes)")
-    return json.loads(path.read_text())
 
 
 def _mean(records: list[dict[str, Any]], key: str, default: float | None = None) -> float:

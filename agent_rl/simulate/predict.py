@@ -3,11 +3,10 @@ device counts and env latency."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from agent_rl.config import ConfigError
+from agent_rl.metrics import read_summary
 from agent_rl.orchestrate.scheduler import SchedulerLimits
 from agent_rl.simulate.costs import Costs
 from agent_rl.simulate.simulator import SimResult, simulate
@@ -32,20 +31,11 @@ def predict(config: TrainConfig, costs: Costs, rollout_devices: int | None = Non
     return results
 
 
-def measured(run_dir: str | Path) -> dict[str, Any]:
-    """A finished run's `summary.json` (mode, updates, updates/hour, lag)."""
-    path = Path(run_dir) / "summary.json"
-    if not path.exists():
-        raise ConfigError(f"{run_dir} has no summary.json (written when `agent-rl train` or "
-                          "`agent-rl bench pipeline` finishes a run)")
-    return json.loads(path.read_text())
-
-
 def check(predictions: dict[str, SimResult], run_dirs: list[Path]) -> list[dict[str, Any]]:
     """Predicted against measured updates/hour, one row per measured run (by its mode)."""
     rows = []
     for run_dir in run_dirs:
-        run = measured(run_dir)
+        run = read_summary(run_dir)
         predicted = predictions[run["mode"]].updates_per_hour
         rows.append({
             "run": str(run_dir), "mode": run["mode"],

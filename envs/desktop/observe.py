@@ -140,8 +140,9 @@ class Observer:
     def tree(self) -> list[Node]:
         """The managed windows, top of the stack first, each with its visible widgets."""
         active = self.active_window_id()
+        clients = self.client_windows()
         nodes = []
-        for window in reversed(self.client_windows()):
+        for window in reversed(clients):
             try:
                 attributes = window.get_attributes()
                 states = self._states(window)
@@ -165,19 +166,19 @@ class Observer:
                 nodes.append(node)
             except error.BadWindow:
                 continue  # the window closed while we were reading it
-        return self._menus() + nodes
+        return self._menus(clients) + nodes
 
     def window_ids(self) -> tuple[set[int], set[int]]:
         """Ids of the managed client windows and of the open pop-up menus."""
-        return ({window.id for window in self.client_windows()},
-                {window.id for window, _ in self._popups()})
+        clients = self.client_windows()
+        return {window.id for window in clients}, {window.id for window, _ in self._popups(clients)}
 
-    def _popups(self) -> list[tuple[Window, tuple[int, int, int, int]]]:
+    def _popups(self, clients: list[Window]) -> list[tuple[Window, tuple[int, int, int, int]]]:
         """Mapped top-level windows that hold no managed client (an app's override-redirect
         pop-ups, the window manager's own menus), top first, with their boxes: the window
         manager's client list leaves them out."""
         frames = set()
-        for client in self.client_windows():
+        for client in clients:
             try:
                 frames.add(self._frame_of(client))
             except error.BadWindow:
@@ -194,7 +195,7 @@ class Observer:
                 popups.append((window, box))
         return popups
 
-    def _menus(self) -> list[Node]:
+    def _menus(self, clients: list[Window]) -> list[Node]:
         """Open pop-up menus as nodes.
 
         The window manager's root menu (a right-click on the desktop) is drawn by JWM, so X
@@ -202,7 +203,7 @@ class Observer:
         equal share of the menu's height (JWM draws them so, with no separators configured).
         """
         menus = []
-        for window, (x, y, width, height) in self._popups():
+        for window, (x, y, width, height) in self._popups(clients):
             try:
                 app, name = self._app(window), self.title(window)
             except error.BadWindow:
