@@ -41,12 +41,30 @@ def test_latency_profiles_run_in_pairs_and_calibrate_the_simulator(local_ray, tm
             assert summary["mode"] == mode and summary["updates"] == 2
     assert plain["sync"]["env_wait_s_per_episode"] == 0.0
     assert slow["sync"]["env_wait_s_per_episode"] == pytest.approx(0.2)  # one step an episode
+    png = pipeline_bench.plot_ratio_vs_share(report["profiles"], tmp_path / "ratio.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     costs = costs_from_run(plain["sync"]["run_dir"])
     predictions = predict(load_train_config(config_path), costs, updates=2)
     rows = check(predictions, [plain["sync"]["run_dir"], plain["async"]["run_dir"]])
     assert {row["mode"] for row in rows} == {"sync", "async"}
     assert all(row["predicted_updates_per_hour"] > 0 for row in rows)
+
+
+def _profile(latency: str | None, sync_per_hour: float, ratio: float) -> dict:
+    return {"env_latency": latency, "async_over_sync": ratio,
+            "sync": {"updates_per_hour": sync_per_hour},
+            "async": {"updates_per_hour": sync_per_hour * ratio}}
+
+
+def test_latency_share_is_the_wait_a_sync_update_gained(tmp_path):
+    free = _profile(None, 100.0, 1.1)  # 36 s per sync update
+    slow = _profile("fixed:10", 25.0, 2.5)  # 144 s: 108 s of it waiting
+    assert pipeline_bench.latency_share(slow, free) == pytest.approx(0.75)
+    assert pipeline_bench.latency_share(free, free) == 0.0
+    assert pipeline_bench.plot_ratio_vs_share([slow, free], tmp_path / "r.png").exists()
+    with pytest.raises(ValueError, match="latency-free profile"):
+        pipeline_bench.plot_ratio_vs_share([slow], tmp_path / "r.png")
 
 
 def _slug(profile: dict) -> str:

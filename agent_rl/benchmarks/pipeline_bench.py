@@ -91,6 +91,47 @@ def _profile(latency: str | None, results: dict[str, RunSummary]) -> dict[str, A
     return profile
 
 
+def latency_share(profile: dict[str, Any], baseline: dict[str, Any]) -> float:
+    """The share of a synchronous update's time that is waiting on envs: what the profile
+    added to the latency-free sync run's time per update. Sync runs do nothing while they
+    wait, so this is what asynchrony can hide."""
+    free = 3600 / baseline["sync"]["updates_per_hour"]
+    slow = 3600 / profile["sync"]["updates_per_hour"]
+    return max(0.0, 1 - free / slow)
+
+
+def plot_ratio_vs_share(profiles: list[dict[str, Any]], path: Path) -> Path:
+    """async/sync against the latency share, one point per profile; the latency-free profile
+    (one is needed) is the baseline at share 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    baseline = next((p for p in profiles if p["env_latency"] is None), None)
+    if baseline is None:
+        raise ValueError("plotting async/sync against latency share needs a latency-free "
+                         "profile (--env-latency none) as the baseline")
+    points = sorted((latency_share(p, baseline), p["async_over_sync"], p["env_latency"] or "none")
+                    for p in profiles)
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    shares, ratios, labels = zip(*points, strict=True)
+    axis.plot([100 * s for s in shares], ratios, marker="o")
+    for share, ratio, label in points:
+        axis.annotate(label, (100 * share, ratio), textcoords="offset points", xytext=(4, -12),
+                      fontsize=8)
+    axis.axhline(1.0, color="grey", linewidth=0.8)
+    axis.set_xlabel("env wait, % of a sync update's time")
+    axis.set_ylabel("async / sync updates per hour")
+    axis.set_title("asynchrony pays as env latency grows (measured)")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
 def _slug(latency: str | None) -> str:
     if latency is None:
         return "no-latency"

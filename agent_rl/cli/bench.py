@@ -145,8 +145,39 @@ def bench_pipeline(
     for spec in latencies:
         if spec is not None:
             parse_latency(spec)  # a bad profile fails before any engine starts
-    _save(pipeline_bench.run(console, config, updates=updates, latencies=latencies,
-                             runs_dir=runs_dir), out, "pipeline")
+    result = pipeline_bench.run(console, config, updates=updates, latencies=latencies,
+                                runs_dir=runs_dir)
+    _save(result, out, "pipeline")
+    profiles = result["profiles"]
+    if out is not None and len(profiles) > 1 and any(p["env_latency"] is None for p in profiles):
+        png = (out if out.suffix == ".json" else out / "bench_pipeline.json").with_suffix(".png")
+        console.print(f"plot written to {pipeline_bench.plot_ratio_vs_share(profiles, png)}")
+
+
+@app.command("pipeline-plot")
+def bench_pipeline_plot(
+    files: Annotated[list[Path], typer.Argument(help="`bench pipeline --out` JSON files; one "
+                                                "needs the latency-free profile.")],
+    out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path(
+        "docs/figures/bench_pipeline_latency.png"),
+) -> None:
+    """async/sync against the share of a sync update spent waiting on envs, from earlier
+    `bench pipeline` runs (profiles of several files together)."""
+    from agent_rl.benchmarks import pipeline_bench
+
+    profiles = []
+    for path in files:
+        if not path.is_file():
+            raise typer.BadParameter(f"{path} does not exist")
+        profiles += json.loads(path.read_text())["profiles"]
+    try:
+        written = pipeline_bench.plot_ratio_vs_share(profiles, out)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from error
+    for profile in profiles:
+        console.print(f"{profile['env_latency'] or 'none'}: async / sync "
+                      f"{profile['async_over_sync']:.2f}x")
+    console.print(f"plot written to {written}")
 
 
 @app.command("rollout")

@@ -53,6 +53,9 @@ def eval_command(
     context_budget: Annotated[int, typer.Option(min=64, help="Most tokens per episode.")] = 4096,
     seed: Annotated[int, typer.Option(help="Sampling seed and bootstrap seed.")] = 0,
     resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Episodes in flight at once (whole groups of k).")
+    ] = 32,
     env_arg: Annotated[
         list[str] | None,
         typer.Option(help="An env argument as KEY=VALUE (YAML value), e.g. "
@@ -77,6 +80,7 @@ def eval_command(
         "env_id": env_id, "tasks": task_file, "split": split, "k": k, "temperature": temperature,
         "limit_per_category": limit_per_category, "max_tokens_per_turn": max_tokens_per_turn,
         "max_turns": max_turns, "context_budget": context_budget, "seed": seed,
+        "max_concurrent_episodes": concurrency,
         "env_kwargs": parse_env_args(env_arg or []),
     }
     if compare_with is None:

@@ -208,7 +208,7 @@ async def _evaluate_async(
     max_model_len: int | None = None,
     kv_cache_gib: float = 1.0,
     env_kwargs: dict[str, Any] | None = None,
-    max_concurrent_tasks: int = 8,
+    max_concurrent_episodes: int = 32,
     seed: int | None = 0,
     success_threshold: float = SUCCESS_THRESHOLD,
     label: str | None = None,
@@ -241,7 +241,7 @@ async def _evaluate_async(
         metadata = actor.metadata()
         if on_episodes is not None:
             on_episodes(0, len(selected) * k)
-        groups = await _sample_groups(actor, selected, k, max_concurrent_tasks, on_episodes)
+        groups = await _sample_groups(actor, selected, k, max_concurrent_episodes, on_episodes)
         policy_version = actor.policy_version
     finally:
         await actor.shutdown()
@@ -400,12 +400,14 @@ def _engine_model_dir(model_dir: Path) -> Path:
 
 
 async def _sample_groups(
-    actor: Any, tasks: Sequence[dict[str, Any]], k: int, max_concurrent_tasks: int,
+    actor: Any, tasks: Sequence[dict[str, Any]], k: int, max_concurrent_episodes: int,
     on_episodes: Callable[[int, int], None] | None = None,
 ) -> list[Any]:
-    """One group of k episodes per task; at most `max_concurrent_tasks` tasks run at once so
-    that sandbox sessions and env threads stay bounded."""
-    gate = asyncio.Semaphore(max_concurrent_tasks)
+    """One group of k episodes per task, about `max_concurrent_episodes` episodes at once (whole
+    groups, at least one): the engine batches them, and sandbox sessions stay bounded. On 2 CPU
+    cores 32 greedy episodes at once took 128 s where 8 took 176 s (the decode step's cost is
+    mostly per step, not per sequence)."""
+    gate = asyncio.Semaphore(max(1, max_concurrent_episodes // k))
     done = [0]
 
     async def one(task: dict[str, Any]) -> Any:
