@@ -98,3 +98,25 @@ def test_simulating_imports_neither_ray_nor_vllm():
             "print(sorted(m for m in ('ray', 'vllm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_predict_returns_the_median_seed_with_the_range(tmp_path):
+    """A short run under a heavy-tailed latency is one draw among many: the prediction is the
+    median seed's run, and `check_row` says whether a measured figure lies in the seeds' range."""
+    from agent_rl.simulate.predict import check_row, predict
+    from agent_rl.train_config import TrainConfig
+
+    config = TrainConfig.model_validate({
+        "model": "tiny", "rollout": {"group_size": 4},
+        "pipeline": {"groups_per_update": 2, "groups_in_flight_per_actor": 4}})
+    costs = ONE_SECOND_EACH.model_copy(update={
+        "turns_per_episode": 3, "env_step_s": 5.0, "env_step_sigma": 1.0})
+    results = predict(config, costs, updates=6, seeds=5)
+    for result in results.values():
+        low, high = result.spread
+        assert low <= result.updates_per_hour <= high and low < high
+    row = check_row(results, "sync", results["sync"].spread[1], "measured")
+    assert row["within_range"] and row["error"] <= 0
+    assert not check_row(results, "sync", 10 * results["sync"].spread[1], "x")["within_range"]
+    fixed = predict(config, ONE_SECOND_EACH, updates=6, seeds=3)["async"]
+    assert fixed.spread[0] == fixed.spread[1] == fixed.updates_per_hour  # nothing random

@@ -28,6 +28,9 @@ def simulate_command(
         help="Rollout devices (actors); default: the config's.")] = None,
     learner_devices: Annotated[int, typer.Option(help="Learner devices.")] = 1,
     updates: Annotated[int | None, typer.Option(help="Updates to simulate.")] = None,
+    seeds: Annotated[int, typer.Option(
+        min=1, help="Simulate each mode this many times; the median is shown with the "
+        "range.")] = 8,
     check: Annotated[list[Path] | None, typer.Option(
         help="A measured run to set the prediction against (its mode's).")] = None,
     expect: Annotated[list[str] | None, typer.Option(
@@ -45,7 +48,7 @@ def simulate_command(
     from agent_rl.config import load_config, parse_key_values, validate_config
     from agent_rl.simulate.costs import Costs, costs_from_run
     from agent_rl.simulate.predict import check as check_runs
-    from agent_rl.simulate.predict import plot_sweep, predict, ratio, sweep
+    from agent_rl.simulate.predict import check_row, plot_sweep, predict, ratio, sweep
     from agent_rl.train_config import load_train_config
 
     config = load_train_config(config_path)
@@ -56,12 +59,15 @@ def simulate_command(
     if cost:
         data = {**costs.model_dump(), **parse_key_values(cost, "--cost")}
         costs = validate_config(data, Costs, source="--cost")
-    results = predict(config, costs, rollout_devices, learner_devices, updates)
-    table = Table("mode", "updates", "updates/hour", "max lag", "decoding", "env wait",
-                  "loading", "idle", "learner busy", title=f"simulated {config_path}")
+    results = predict(config, costs, rollout_devices, learner_devices, updates, seeds)
+    table = Table("mode", "updates", "updates/hour", f"range ({seeds} seeds)", "max lag",
+                  "decoding", "env wait", "loading", "idle", "learner busy",
+                  title=f"simulated {config_path} (the median seed's run)")
     for mode, result in results.items():
         shares = result.time_shares
+        low, high = result.spread or (result.updates_per_hour,) * 2
         table.add_row(mode, str(result.updates), f"{result.updates_per_hour:.1f}",
+                      f"{low:.1f}-{high:.1f}",
                       str(result.lag_max), *(f"{shares[k]:.0%}" for k in shares),
                       f"{result.learner_busy_share:.0%}")
     console.print(table)
@@ -70,7 +76,10 @@ def simulate_command(
         "config": str(config_path), "costs": costs.model_dump(),
         "rollout_devices": rollout_devices or config.pipeline.num_rollout_actors,
         "learner_devices": learner_devices,
-        "predicted": {mode: {"updates_per_hour": r.updates_per_hour, "lag_max": r.lag_max,
+        "seeds": seeds,
+        "predicted": {mode: {"updates_per_hour": r.updates_per_hour,
+                             "updates_per_hour_range": list(r.spread or ()),
+                             "lag_max": r.lag_max,
                              "lag_counts": r.lag_counts, "time_shares": r.time_shares,
                              "learner_busy_share": r.learner_busy_share}
                       for mode, r in results.items()},
@@ -81,19 +90,20 @@ def simulate_command(
         for mode, value in parse_key_values(expect or [], "--expect").items():
             if mode not in results:
                 raise ConfigError(f"--expect {mode}=...: the modes are async and sync")
-            predicted = results[mode].updates_per_hour
-            report["check"].append({
-                "run": "--expect", "mode": mode, "measured_updates_per_hour": float(value),
-                "predicted_updates_per_hour": predicted, "error": predicted / float(value) - 1})
+            report["check"].append(check_row(results, mode, float(value), "--expect"))
         for row in report["check"]:
             given = "expected" if row["run"] == "--expect" else "measured"
+            low, high = row["predicted_range"]
+            spread = (f"; seeds' range {low:.1f}-{high:.1f}, "
+                      f"{'inside' if row['within_range'] else 'outside'}" if high > low else "")
             console.print(f"{row['mode']}: {given} {row['measured_updates_per_hour']:.1f} "
                           f"updates/hour, predicted {row['predicted_updates_per_hour']:.1f} "
-                          f"({row['error']:+.0%}) [{row['run']}]")
+                          f"({row['error']:+.0%}{spread}) [{row['run']}]")
     if sweep_devices or sweep_latency:
         devices = [int(x) for x in (sweep_devices or str(report["rollout_devices"])).split(",")]
         latencies = [float(x) for x in (sweep_latency or str(costs.env_step_s)).split(",")]
-        report["sweep"] = sweep(config, costs, devices, latencies, learner_devices, updates)
+        report["sweep"] = sweep(config, costs, devices, latencies, learner_devices, updates,
+                                seeds)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "simulate.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -35,6 +35,9 @@ class SimResult:
     time_shares: dict[str, float]  # rollout device time: decoding, env_wait, loading, idle
     learner_busy_share: float
     ledger: dict[str, object]
+    # lowest and highest updates/hour over the seeds predicted (`predict`): how much a run this
+    # short moves with its random draws (env latencies, turn lengths, flat groups)
+    spread: tuple[float, float] | None = None
 
     @property
     def lag_max(self) -> int:
