@@ -213,3 +213,15 @@ def test_shared_prompt_pass_keeps_logprobs_bitwise_and_the_gradient(
         grads.append(_grads(learner))
     for separate, shared in zip(*grads, strict=True):
         torch.testing.assert_close(shared, separate, rtol=1e-4, atol=1e-7)
+
+
+def test_lag0_tokens_exclude_turns_an_update_landed_in() -> None:
+    """Two turns (positions 3-5 and 9-11): the first began on version 1 and finished on 2 (its
+    KV is partly version 1's), the second ran on 2 throughout. Only the second is pure lag 0."""
+    from agent_rl.learn.learner import same_weights_tokens
+
+    positions = torch.tensor([3, 4, 5, 9, 10, 11])
+    versions = torch.tensor([1, 2, 2, 2, 2, 2])
+    assert same_weights_tokens(positions, versions, 2).tolist() == [False] * 3 + [True] * 3
+    assert same_weights_tokens(positions, versions, 1).tolist() == [True] + [False] * 5
+    assert not same_weights_tokens(positions, versions, 3).any()

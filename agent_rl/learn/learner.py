@@ -287,7 +287,7 @@ class Learner:
 
         b_weights: list[torch.Tensor] = []
         b_kl: list[torch.Tensor] = []
-        b_fresh: list[torch.Tensor] = []  # tokens of lag 0: same weights on both sides
+        b_fresh: list[torch.Tensor] = []  # lag-0 tokens whose turn began on these weights too
         total_loss = 0.0
         forward_tokens = 0
         self.optimizer.zero_grad(set_to_none=True)
@@ -302,7 +302,8 @@ class Learner:
                     learner_logprobs = logprobs.double().cpu()
                     b_weights.append(torch.exp(learner_logprobs - sample.behavior_logprobs))
                     b_kl.append(k3_kl(learner_logprobs, sample.behavior_logprobs))
-                    b_fresh.append(sample.policy_versions == trained_at)
+                    b_fresh.append(same_weights_tokens(sample.model_positions,
+                                                       sample.policy_versions, trained_at))
                 forward_tokens += sample.num_tokens
             # Every response counts 1/num_responses, flat groups included, so the loss is the
             # mean over all responses of the update however they were split into micro-batches.
@@ -422,11 +423,28 @@ def learner_device(name: str) -> torch.device:
     return device
 
 
+def same_weights_tokens(positions: torch.Tensor, versions: torch.Tensor,
+                        version: int) -> torch.Tensor:
+    """The model tokens sampled with weights `version` in a turn that began with them.
+
+    A weight update lands while turns are in flight: the turn goes on with the new weights, and
+    its later tokens carry the new version, but its context's KV was computed by the older
+    ones, so the learner's fresh forward differs from them by the weight change, not by the
+    kernels. A turn is a run of consecutive model positions; requests are salted by version,
+    so a turn that began on `version` computed its whole context with it.
+    """
+    starts = torch.ones_like(positions, dtype=torch.bool)
+    starts[1:] = positions[1:] != positions[:-1] + 1
+    turn_first_version = versions[starts][starts.long().cumsum(0) - 1]
+    return (versions == version) & (turn_first_version == version)
+
+
 def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor],
                     fresh: list[torch.Tensor]) -> dict[str, float]:
-    """IS weight statistics; `is/lag0_*` over the tokens sampled with the very weights the
-    learner holds, where any deviation from 1 is kernel mismatch alone (0 with matched
-    kernels), apart from the weight lag the other tokens carry."""
+    """IS weight statistics; `is/lag0_*` over the tokens whose whole turn was sampled with the
+    very weights the learner holds (`same_weights_tokens`), where any deviation from 1 is
+    kernel mismatch alone (0 with matched kernels), apart from the weight lag the other tokens
+    carry."""
     if not weights:
         return {}
     w = torch.cat(weights)
