@@ -22,6 +22,16 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
+from envs.desktop.accessibility import (
+    BUS_SOCKET,
+    READER,
+    SESSION_ENV,
+    SYSTEM_PYTHON,
+    A11yNode,
+    accessibility_missing,
+    parse_tree,
+)
+
 __all__ = [
     "VM_HOME",
     "DesktopSession",
@@ -99,8 +109,13 @@ class DesktopSession:
         display: the X display name, e.g. ":3", valid once started.
     """
 
-    def __init__(self, width: int = 1024, height: int = 768, parent_dir: str | None = None):
+    def __init__(self, width: int = 1024, height: int = 768, parent_dir: str | None = None,
+                 accessibility: bool = True):
         require_programs()
+        missing = accessibility_missing() if accessibility else "not asked for"
+        if accessibility and missing:
+            logger.info("no accessibility tree on this desktop: %s", missing)
+        self.accessibility = missing is None
         self.width = width
         self.height = height
         self.root = Path(tempfile.mkdtemp(prefix="agent-rl-desktop-", dir=parent_dir))
@@ -159,7 +174,34 @@ class DesktopSession:
                 os.close(write_fd)
         self.display = f":{number}"
         self._start_window_manager()
+        if self.accessibility:
+            self._start_session_bus()
         return self
+
+    def _start_session_bus(self) -> None:
+        """The session D-Bus, in a sandbox like the apps' (see `envs.desktop.accessibility`);
+        it starts the accessibility bus when the first app asks for it."""
+        (self.tmp / ".runtime").mkdir(mode=0o700)
+        self.launch(["dbus-daemon", "--session", "--nofork", "--nopidfile",
+                     f"--address=unix:path=/tmp/{BUS_SOCKET}"])
+        deadline = time.monotonic() + _WM_START_TIMEOUT_S
+        while not (self.tmp / BUS_SOCKET).exists():
+            if time.monotonic() > deadline:
+                raise DesktopStartError(f"the session D-Bus did not start on {self.display}")
+            time.sleep(0.02)
+
+    def read_accessibility(self, timeout_s: float = 15.0) -> list[A11yNode]:
+        """The apps' AT-SPI tree now (empty without accessibility or when the read fails)."""
+        if not self.accessibility:
+            return []
+        try:
+            result = self.run([SYSTEM_PYTHON, "-"], timeout_s=timeout_s, input=READER.read_text())
+        except subprocess.TimeoutExpired:
+            logger.warning("the accessibility tree took over %.0f s to read", timeout_s)
+            return []
+        if result.returncode != 0:
+            logger.warning("reading the accessibility tree failed: %s", result.stderr[-500:])
+        return parse_tree(result.stdout)
 
     def _read_display_number(self, read_fd: int, xvfb: subprocess.Popen[bytes]) -> int:
         deadline = time.monotonic() + _X_START_TIMEOUT_S
@@ -265,6 +307,8 @@ class DesktopSession:
             "--setenv",
             "LANG",
             "C.UTF-8",
+            *(arg for key, value in (SESSION_ENV.items() if self.accessibility else ())
+              for arg in ("--setenv", key, value)),
             "--chdir",
             VM_HOME,
             "--",
@@ -284,9 +328,11 @@ class DesktopSession:
         return process
 
     def run(
-        self, command: str | Sequence[str], shell: bool = False, timeout_s: float = 10.0
+        self, command: str | Sequence[str], shell: bool = False, timeout_s: float = 10.0,
+        input: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command to completion in the sandbox (a string runs through `sh -c`)."""
+        """Run a command to completion in the sandbox (a string runs through `sh -c`), with
+        `input` on its standard input."""
         if isinstance(command, str):
             argv = ["sh", "-c", command] if shell else shlex.split(command)
         else:
@@ -297,7 +343,7 @@ class DesktopSession:
             text=True,
             errors="replace",
             timeout=timeout_s,
-            stdin=subprocess.DEVNULL,
+            **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
         )
 
     def xdotool(self, args: Sequence[str]) -> subprocess.CompletedProcess[str]:

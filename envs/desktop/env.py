@@ -15,7 +15,7 @@ from envs.desktop.actions import ENDING_ACTIONS, Computer
 from envs.desktop.display import ROOT_MENU_LABELS, DesktopSession
 from envs.desktop.evaluate import EvalContext, evaluate
 from envs.desktop.file_cache import MissingDownload, explain_missing, missing_downloads
-from envs.desktop.observe import Observer, render_tree
+from envs.desktop.observe import Observer, screen_text
 from envs.desktop.recording import EpisodeRecorder, RecordedStep
 from envs.desktop.setup_steps import run_steps
 from envs.desktop.tasks import TaskFormatError, load_desktop_tasks, task_from_row
@@ -201,7 +201,8 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
     def _observe(self, index: int) -> tuple[str, Path]:
         assert self._observer is not None and self._recorder is not None
         observer = self._observer
-        text = render_tree(observer.tree(), self.screen_size, observer.pointer())
+        assert self._session is not None
+        text = screen_text(observer, self._session)
         image = observer.screenshot()
         if self.render_mode == "rgb_array":
             self._last_screenshot = np.asarray(image)

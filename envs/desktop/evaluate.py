@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.desktop.display import DesktopSession
-from envs.desktop.observe import Observer, render_tree
+from envs.desktop.observe import Observer, screen_text
 
 __all__ = [
     "GETTERS",
@@ -89,10 +89,8 @@ def get_active_window_title(context: EvalContext, config: dict[str, Any]) -> str
 
 
 def get_accessibility_tree(context: EvalContext, config: dict[str, Any]) -> str:
-    """The same text tree the agent sees."""
-    session = context.session
-    tree = context.observer.tree()
-    return render_tree(tree, (session.width, session.height), context.observer.pointer())
+    """The same text the agent sees: the X listing and the AT-SPI tree."""
+    return screen_text(context.observer, context.session)
 
 
 GETTERS: dict[str, Callable[[EvalContext, dict[str, Any]], Any]] = {

@@ -10,13 +10,19 @@ listed by its position and size; windows and dialogs carry their titles and WM_C
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from PIL import Image
 from Xlib import X, Xatom, error
 from Xlib.display import Display
 from Xlib.xobject.drawable import Window
 
-__all__ = ["Node", "Observer", "render_tree"]
+from envs.desktop.accessibility import render_a11y
+
+if TYPE_CHECKING:
+    from envs.desktop.display import DesktopSession
+
+__all__ = ["Node", "Observer", "render_tree", "screen_text"]
 
 _ROLE_OF_TYPE = {
     "_NET_WM_WINDOW_TYPE_NORMAL": "window",
@@ -100,6 +106,11 @@ class Observer:
             if parent.id == self.root.id or parent.id == X.NONE:
                 return window.id
             window = parent
+
+    def accessibility_bus_up(self) -> bool:
+        """Whether an app has started the accessibility bus (it publishes the bus on the root
+        window): before that no app has an AT-SPI tree to read."""
+        return self.root.get_full_property(self._atom("AT_SPI_BUS"), X.AnyPropertyType) is not None
 
     def active_window_id(self) -> int:
         prop = self.root.get_full_property(self._atom("_NET_ACTIVE_WINDOW"), Xatom.WINDOW)
@@ -288,3 +299,12 @@ def render_tree(nodes: list[Node], screen: tuple[int, int], pointer: tuple[int, 
                 f"size {child.width}x{child.height} center ({center_x}, {center_y})"
             )
     return "\n".join(lines)
+
+
+def screen_text(observer: Observer, session: DesktopSession) -> str:
+    """What the agent reads (and the `accessibility_tree` getter returns): the X window
+    listing, then the apps' AT-SPI tree once an app has published one."""
+    text = render_tree(observer.tree(), (session.width, session.height), observer.pointer())
+    if session.accessibility and observer.accessibility_bus_up():
+        text += "\n" + render_a11y(session.read_accessibility())
+    return text
