@@ -48,7 +48,11 @@ $(DEMO)/sft/done: $(DEMO)/model.ok configs/sft.yaml
 $(DEMO)/eval-sft/report.json: $(DEMO)/sft/done
 	$(AGENT_RL) eval --model $(DEMO)/sft $(DEMO_EVAL) --out $(DEMO)/eval-sft
 
+# A run begun under an older config or SFT starts over (resuming it would mix two runs); one that
+# stopped part-way under the same ones resumes from its last checkpoint.
 $(DEMO)/run/ledger.json: $(DEMO)/sft/done configs/demo.yaml
+	@if [ -f $(DEMO)/run/config.yaml ] && { [ configs/demo.yaml -nt $(DEMO)/run/config.yaml ] || \
+		[ $(DEMO)/sft/done -nt $(DEMO)/run/config.yaml ]; }; then rm -rf $(DEMO)/run $(DEMO)/eval-rl; fi
 	$(AGENT_RL) train configs/demo.yaml --set out_dir=$(DEMO)/run --set init_from=$(DEMO)/sft
 
 $(DEMO)/eval-rl/report.json: $(DEMO)/run/ledger.json

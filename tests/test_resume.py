@@ -96,3 +96,25 @@ def test_resumed_run_ends_with_the_same_weights_as_an_unbroken_run(
     earlier = torch.load(unbroken_run.run_dir / "checkpoints" / "update_000002" / "learner.pt",
                          weights_only=True)["model"]
     assert any(not torch.equal(earlier[name], first[name]) for name in first), "no step was taken"
+
+
+@pytest.mark.slow
+def test_resuming_under_other_settings_is_refused_by_name(killed_and_resumed) -> None:
+    """A changed learning rate would go on from the old run's checkpoint and mix two runs in
+    one ledger; other knobs (updates, faults) may change between attempts."""
+    from agent_rl.config import ConfigError, with_overrides
+
+    _, _, resumed = killed_and_resumed
+    config = with_overrides(_config(resumed.run_dir), {"learner.lr": 2e-4, "seed": 8})
+    with pytest.raises(ConfigError, match=r"learner.lr: 0.0001 -> 0.0002; seed: 7 -> 8"):
+        train(config)
+
+
+def test_run_defining_settings_compare_yaml_lists_with_tuples() -> None:
+    from agent_rl.orchestrate.run_state import changed_run_settings
+
+    saved = {"learner": {"lr": 1e-5, "betas": [0.9, 0.999]}, "pipeline": {"num_updates": 10}}
+    same = {"learner": {"lr": 1e-5, "betas": (0.9, 0.999)}, "pipeline": {"num_updates": 40}}
+    assert changed_run_settings(saved, same) == []
+    assert changed_run_settings(saved, {**same, "learner": {"lr": 2e-5, "betas": (0.9, 0.99)}}) \
+        == ["learner.lr: 1e-05 -> 2e-05", "learner.betas: [0.9, 0.999] -> [0.9, 0.99]"]

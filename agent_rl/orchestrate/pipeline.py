@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_rl.config import dump_config
+import yaml
+
+from agent_rl.config import ConfigError, dump_config
 from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
 from agent_rl.learn.learner import group_metrics
@@ -56,7 +58,7 @@ from agent_rl.orchestrate.ray_session import (
     init_ray,
     stop_ray,
 )
-from agent_rl.orchestrate.run_state import RunState
+from agent_rl.orchestrate.run_state import RunState, changed_run_settings
 from agent_rl.orchestrate.scheduler import Scheduler, SchedulerLimits
 from agent_rl.orchestrate.tasks import TaskStream, load_task_rows
 from agent_rl.train_config import TrainConfig
@@ -101,6 +103,20 @@ def train(config: TrainConfig, on_update: OnUpdate | None = None,
     return summary
 
 
+def check_resumable(config: TrainConfig, run_dir: Path) -> None:
+    """Refuse to resume a run under other settings: its checkpoints, metrics and ledger would
+    mix two runs (a changed learning rate went on from the old run's update 19 silently)."""
+    saved = run_dir / "config.yaml"
+    if not config.resume or latest_checkpoint(run_dir) is None or not saved.exists():
+        return
+    changes = changed_run_settings(yaml.safe_load(saved.read_text()) or {},
+                                   config.model_dump(mode="json"))
+    if changes:
+        raise ConfigError(f"{run_dir} holds a run started with other settings ("
+                          f"{'; '.join(changes)}); resuming would mix the two. Give another "
+                          "out_dir, delete that one, or set resume: false to start over there")
+
+
 class Pipeline:
     """One run's parts; `run()` drives them until `num_updates` updates are done."""
 
@@ -115,6 +131,7 @@ class Pipeline:
         check_env_kwargs(config)
         self.tasks = TaskStream(load_task_rows(config, config.env.split), config.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        check_resumable(config, self.run_dir)
         dump_config(config, self.run_dir / "config.yaml")
 
         self.faults = FaultInjector(config.faults)

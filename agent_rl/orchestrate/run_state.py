@@ -35,3 +35,36 @@ class RunState:
             queued_groups=[Group.from_dict(group) for group in data["queued_groups"]],
             ledger=Ledger.from_dict(data["ledger"]),
         )
+
+
+# The settings that say what a run trains; a resumed run must keep them (the rest, such as
+# num_updates, max_wall_s, threads or faults, may change between attempts).
+RUN_DEFINING = ("model", "init_from", "seed", "matched_kernels", "env", "rollout", "loss",
+                "learner.lr", "learner.betas", "learner.weight_decay", "learner.adam_eps",
+                "learner.max_grad_norm", "pipeline.mode", "pipeline.max_lag",
+                "pipeline.groups_per_update", "pipeline.dynamic_sampling")
+
+
+def changed_run_settings(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`key: old -> new` for each run-defining setting that differs between the config a run
+    was started with (its config.yaml) and the one resuming it."""
+    changes = []
+    for key in RUN_DEFINING:
+        old, new = _lookup(saved, key), _lookup(current, key)
+        if isinstance(old, list) or isinstance(new, list):
+            old, new = _plain(old), _plain(new)
+        if old != new:
+            changes.append(f"{key}: {old!r} -> {new!r}")
+    return changes
+
+
+def _lookup(config: dict[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """YAML gives lists where the config has tuples."""
+    return [_plain(v) for v in value] if isinstance(value, list | tuple) else value
