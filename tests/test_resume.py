@@ -106,7 +106,8 @@ def test_resuming_under_other_settings_is_refused_by_name(killed_and_resumed) ->
 
     _, _, resumed = killed_and_resumed
     config = with_overrides(_config(resumed.run_dir), {"learner.lr": 2e-4, "seed": 8})
-    with pytest.raises(ConfigError, match=r"learner.lr: 0.0001 -> 0.0002; seed: 7 -> 8"):
+    with pytest.raises(ConfigError, match=r"other settings \(seed: 7 -> 8; "
+                       r"learner.lr: 0.0001 -> 0.0002\); resuming would mix"):
         train(config)
 
 

@@ -90,6 +90,7 @@ class RolloutActor:
         self.name = name
         self._env_factory = env_factory or self._make_gymnasium_env
         self._policy_version = initial_version
+        self._cache_version = initial_version  # salts prefix-cache keys (see `sample`)
         self._update_lock = asyncio.Lock()
         self._group_serial = itertools.count()
         self._env_threads = EnvThreads(self.config.env_threads)
@@ -159,7 +160,14 @@ class RolloutActor:
                     f"weight version {version} is not newer than the actor's {self._policy_version}"
                     "; versions must grow with every update"
                 )
-            timing = await update_engine_weights(self._engine, version, weights)
+            # A request submitted from here on is computed with the new weights: its prefix
+            # must not hit KV cached under the old ones.
+            old, self._cache_version = self._cache_version, version
+            try:
+                timing = await update_engine_weights(self._engine, version, weights)
+            except BaseException:
+                self._cache_version = old
+                raise
             self._policy_version = version
         return timing
 
@@ -214,7 +222,7 @@ class RolloutActor:
         prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
         if self.engine_config.enable_prefix_caching:
             # Salted by version: a request only reuses KV computed with the weights it starts on.
-            prompt["cache_salt"] = f"policy-{self.policy_version}"
+            prompt["cache_salt"] = f"policy-{self._cache_version}"
         final = None
         async for output in self._engine.generate(prompt, params, request_id=self._request_id()):
             final = output
@@ -222,7 +230,8 @@ class RolloutActor:
         completion = final.outputs[0]
         token_ids = list(completion.token_ids)
         logprobs = [completion.logprobs[i][tok].logprob for i, tok in enumerate(token_ids)]
-        versions = self._token_versions(completion.weight_versions, len(token_ids))
+        versions = token_versions(completion.weight_versions, len(token_ids),
+                                  self._policy_version)
         stop_token = token_ids[-1] if completion.finish_reason == "stop" and token_ids else None
         if isinstance(completion.stop_reason, str):
             stop_token = None
@@ -287,15 +296,6 @@ class RolloutActor:
     def _request_id(self) -> str:
         return f"{self.name}-{uuid.uuid4().hex}"
 
-    def _token_versions(self, spans: Any, num_tokens: int) -> list[int]:
-        if not spans:
-            # vLLM labels every token it reports; an unlabeled output only happens for 0 tokens.
-            return [self._policy_version] * num_tokens
-        versions = [self._policy_version] * num_tokens
-        for span in spans:
-            versions[span.start : span.end] = [int(span.version)] * (span.end - span.start)
-        return versions
-
     def _sampling_record(self, seed: int | None) -> dict[str, Any]:
         return {
             "temperature": self.config.temperature,
@@ -309,6 +309,15 @@ class RolloutActor:
             "dtype": self.engine_config.dtype,
             "model": self.engine_config.model,
         }
+
+
+def token_versions(spans: Any, num_tokens: int, default: int) -> list[int]:
+    """Per-token weight versions from vLLM's spans; vLLM labels every token it reports, so
+    `default` (the actor's version) only fills an unlabeled output of 0 tokens."""
+    versions = [default] * num_tokens
+    for span in spans or ():
+        versions[span.start : span.end] = [int(span.version)] * (span.end - span.start)
+    return versions
 
 
 def make_rollout_actor(
