@@ -74,6 +74,7 @@ demo-handwritten: $(DEMO)/compare.md
 	$(AGENT_RL) eval --model $(DEMO)/run $(HAND) --out $(DEMO)/hand-rl
 	$(AGENT_RL) compare base=$(DEMO)/hand-base sft=$(DEMO)/hand-sft rl=$(DEMO)/hand-rl --out $(DEMO)/hand
 	@cp $(DEMO)/hand/compare.json docs/figures/demo_compare_handwritten.json
+	@cp $(DEMO)/hand/compare.md docs/figures/demo_compare_handwritten.md
 
 # The learning run (#20): the main job's RL from the same SFT checkpoint for an hour, evaluated on
 # the main job's held-out tasks and set against the SFT model; curves in runs/learning_curve/plots.

@@ -86,26 +86,35 @@ def test_a_scripted_agent_edits_and_saves_from_the_accessibility_tree_alone() ->
                                  "shell": True},
                       "expected": {"type": "rule", "rules": {"include": ["eggs\nbuy milk"]}}},
     }
-    env = DesktopEnv(settle_s=0.5, max_turns=40)
+    env = DesktopEnv(settle_s=0.5, max_turns=80)
     try:
         messages, _ = env.reset(options={"task": task})
-        observation = messages[-1]["content"]
-        for _ in range(20):  # mousepad registers on the bus a moment after its window maps
-            if "| eggs" in observation:
-                break
-            observation = env.step(call("WAIT"))[0][-1]["content"]
-        tree = observation.split("accessibility tree (AT-SPI):", 1)[1]
+        tree = a11y_part(messages[-1]["content"])
+        tree = wait_for(env, tree, "| eggs")  # mousepad registers a moment after it maps
         env.step(call("CLICK", **center(tree, r"text")))
         env.step(call("HOTKEY", keys=["ctrl", "End"]))
-        tree = env.step(call("TYPING", text="buy milk\n"))[0][-1]["content"]
-        tree = tree.split("accessibility tree (AT-SPI):", 1)[1]
-        assert "| buy milk" in tree, tree
-        opened = env.step(call("CLICK", **center(tree, r'menu "File"')))[0][-1]["content"]
-        save = center(opened.split("accessibility tree (AT-SPI):", 1)[1], r'menu item "Save"')
-        env.step(call("CLICK", **save))
+        tree = a11y_part(env.step(call("TYPING", text="buy milk\n"))[0][-1]["content"])
+        tree = wait_for(env, tree, "| buy milk")
+        opened = a11y_part(env.step(call("CLICK", **center(tree, r'menu "File"')))[0][-1]["content"])
+        opened = wait_for(env, opened, 'menu item "Save"')
+        env.step(call("CLICK", **center(opened, r'menu item "Save"')))
         assert env.step(call("DONE"))[1] == 1.0
     finally:
         env.close()
+
+
+def a11y_part(observation: str) -> str:
+    return observation.partition("accessibility tree (AT-SPI):")[2]
+
+
+def wait_for(env: DesktopEnv, tree: str, text: str, attempts: int = 30) -> str:
+    """The AT-SPI part of the observation once it shows `text` (WAIT steps in between): apps
+    and menus take a moment on a loaded machine."""
+    for _ in range(attempts):
+        if text in tree:
+            return tree
+        tree = a11y_part(env.step(call("WAIT"))[0][-1]["content"])
+    raise AssertionError(f"{text!r} never appeared in:\n{tree}")
 
 
 def center(tree: str, pattern: str) -> dict[str, int]:
