@@ -549,3 +549,15 @@ def test_reset_takes_a_task_by_index_or_id_as_the_env_contract_says(env: Desktop
     assert env.reset(options={"task": first["task_id"]})[1]["task_id"] == first["task_id"]
     with pytest.raises(ValueError, match="no task 'nope'"):
         env.reset(options={"task": "nope"})
+
+
+def test_a_cut_off_or_failed_reader_line_is_left_out() -> None:
+    from envs.desktop.accessibility import parse_tree
+
+    output = ('{"app": "mousepad", "depth": 0, "role": "application", "name": "mousepad"}\n'
+              '{"app": "mousepad", "depth": 1, "error": "the app went away"}\n'
+              '{"app": "mousepad", "depth": 1, "role": "frame", "name": "notes.txt", "x": 0, '
+              '"y": 0, "w": 10, "h": 10}\n{"app": "mouse')
+    nodes = parse_tree(output)
+    assert [(n.role, n.box) for n in nodes] == [("application", None), ("frame", (0, 0, 10, 10))]
+    assert nodes[1].center == (5, 5)

@@ -121,3 +121,4 @@ def center(tree: str, pattern: str) -> dict[str, int]:
     found = re.search(pattern + r" center \((\d+), (\d+)\)", tree)
     assert found, f"{pattern!r} not in:\n{tree}"
     return {"x": int(found[1]), "y": int(found[2])}
+

@@ -72,10 +72,14 @@ class A11yNode:
 
 
 def parse_tree(output: str) -> list[A11yNode]:
-    """The reader's JSON lines as nodes; lines for accessibles that failed are left out."""
+    """The reader's JSON lines as nodes; accessibles that failed, and a last line cut short by a
+    reader that died or timed out, are left out."""
     nodes = []
     for line in output.splitlines():
-        record: dict[str, Any] = json.loads(line)
+        try:
+            record: dict[str, Any] = json.loads(line)
+        except ValueError:
+            continue
         if "error" in record:
             continue
         box = (record["x"], record["y"], record["w"], record["h"]) if "x" in record else None
