@@ -345,6 +345,18 @@ def test_a_delayed_broadcast_is_overtaken_by_a_newer_one() -> None:
     assert hook.settled == 2
 
 
+def test_a_stale_broadcast_an_actor_refuses_is_skipped_not_fatal() -> None:
+    """Reordered broadcasts (a soak fault): v1 reaches an actor after v2, which refuses it as not
+    newer; the pool reports no load for it and the run goes on on v2."""
+    from agent_rl.rollout.weight_sync import WeightVersionError
+
+    actors = [FakeActor()]
+    pool = ActorPool(FakeRay(), actors, max_restarts=0, hooks=Hooks(), stall_timeout_s=1.0)
+    pool.broadcast(1, {"w": 1})
+    actors[0].refs[-1].error = WeightVersionError("weight version 1 is not newer than 2")
+    assert pool.wait_for_weights(1) == []
+
+
 def test_a_dead_actor_is_restored_at_the_current_version_and_its_groups_reported() -> None:
     actors = [FakeActor(), FakeActor()]
     ray = FakeRay()

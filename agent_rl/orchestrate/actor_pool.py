@@ -245,11 +245,17 @@ class ActorPool:
             return [GroupFailed(ticket, error)]
 
     def _settle_load(self, ref: Any) -> list[Event]:
+        from agent_rl.rollout.weight_sync import WeightVersionError
+
         actor, version = self.loads.pop(ref)
         try:
             timing = self.ray.get(ref)
         except self.ray.exceptions.RayActorError as error:
             return self._died(actor, error)
+        except WeightVersionError:
+            # A delayed broadcast that a newer one overtook: the actor already runs newer weights.
+            logger.info("rollout actor %d skipped stale weights v%d", actor, version)
+            return []
         except self.ray.exceptions.RayError as error:
             raise PipelineError(
                 f"rollout actor {actor} failed to load weights v{version}; its engine is gone, "

@@ -37,11 +37,12 @@ class RunState:
         )
 
 
-# The settings that say what a run trains; a resumed run must keep them (the rest, such as
-# num_updates, max_wall_s, threads or faults, may change between attempts).
-RUN_DEFINING = ("model", "init_from", "seed", "matched_kernels", "env", "rollout", "loss",
-                "learner.lr", "learner.betas", "learner.weight_decay", "learner.adam_eps",
-                "learner.max_grad_norm", "pipeline.mode", "pipeline.max_lag",
+# The settings that say what a run trains on and how; a resumed run must keep them. The rest
+# may change between attempts: num_updates, max_wall_s, threads, faults, evaluation, and the
+# mode and lag bound (an async run may go on in sync mode).
+RUN_DEFINING = ("model", "init_from", "seed", "matched_kernels", "env.id", "env.kwargs",
+                "env.split", "env.max_tasks", "rollout", "loss", "learner.lr", "learner.betas",
+                "learner.weight_decay", "learner.adam_eps", "learner.max_grad_norm",
                 "pipeline.groups_per_update", "pipeline.dynamic_sampling")
 
 
