@@ -11,6 +11,7 @@ appear in the X window listing (`envs.desktop.observe`).
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import shutil
@@ -34,6 +35,12 @@ SESSION_ENV = {
 _INTERACTIVE = {"push button", "toggle button", "check box", "radio button", "text", "entry",
                 "password text", "terminal", "combo box", "spin button", "slider"}
 _SKIPPED_STATES = {"showing", "sensitive"}  # nearly every listed node has them
+
+
+@functools.cache
+def reader_source() -> str:
+    """The reader's text, fed to the sandbox's python3 on stdin: read once, not per step."""
+    return READER.read_text()
 
 
 def accessibility_missing() -> str | None:

@@ -24,12 +24,12 @@ from pathlib import Path
 
 from envs.desktop.accessibility import (
     BUS_SOCKET,
-    READER,
     SESSION_ENV,
     SYSTEM_PYTHON,
     A11yNode,
     accessibility_missing,
     parse_tree,
+    reader_source,
 )
 
 __all__ = [
@@ -195,7 +195,7 @@ class DesktopSession:
         if not self.accessibility:
             return []
         try:
-            result = self.run([SYSTEM_PYTHON, "-"], timeout_s=timeout_s, input=READER.read_text())
+            result = self.run([SYSTEM_PYTHON, "-"], timeout_s=timeout_s, input=reader_source())
         except subprocess.TimeoutExpired:
             logger.warning("the accessibility tree took over %.0f s to read", timeout_s)
             return []
