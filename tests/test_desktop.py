@@ -3,6 +3,7 @@ feedback, episodes are isolated, recordings are written, and OSWorld tasks are c
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -19,6 +20,8 @@ from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401 - registers agent_rl/Desktop-v0
 from envs.desktop import DesktopEnv, file_cache, load_desktop_tasks, load_task_file
+from envs.desktop.accessibility import accessibility_missing
+from envs.desktop.apps import APT_PACKAGES, GTK_APPS
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.desktop.evaluate import UnsupportedEvaluator
 from envs.desktop.file_cache import MissingDownload
@@ -26,11 +29,16 @@ from envs.desktop.setup_steps import UnsupportedTaskStep, fill_placeholders
 from envs.desktop.tasks import TASKS_DIR, UnsupportedTaskParts, check_task, task_from_row
 from envs.tool_calls import format_tool_call
 
-_missing = [program for program in (*REQUIRED_PROGRAMS, "xterm", "xedit", "xfe") if not shutil.which(program)]
+# The shipped tasks run the GTK apps and x11-apps' xlogo, xclock and xeyes; their scripted
+# solutions read the AT-SPI tree.
+_missing = [program for program in (*REQUIRED_PROGRAMS, *GTK_APPS, "xlogo", "xclock", "xeyes")
+            if not shutil.which(program)]
+if no_tree := accessibility_missing():
+    _missing.append(no_tree)
 needs_desktop = pytest.mark.skipif(
     bool(_missing),
     reason=f"desktop programs missing: {', '.join(_missing)} (apt-get install -y "
-    "--no-install-recommends xvfb jwm xdotool bubblewrap xterm x11-apps xfe)",
+    f"--no-install-recommends {APT_PACKAGES})",
 )
 
 if "agent_rl/Desktop-v0" not in gymnasium.registry:
@@ -70,75 +78,167 @@ def tasks() -> dict[str, dict]:
 
 @dataclass(frozen=True)
 class Await:
-    """A scripted pause: WAIT until the screen's text shows (or no longer shows) `text`, as a
-    person watches for a dialog instead of counting seconds; a loaded machine can take a while."""
+    """A scripted pause: WAIT until the screen's text matches the regex `pattern` (or no
+    longer does), as a person watches for a dialog instead of counting seconds; a loaded
+    machine can take a while. Fails the test, showing the screen, when it never does."""
 
-    text: str
+    pattern: str
     present: bool = True
-    max_waits: int = 12
+    max_waits: int = 15
 
 
-def play(env: DesktopEnv, task: dict, turns: list[str | Await]) -> tuple[float, bool, dict]:
-    """Run scripted turns from a reset; returns the final reward, terminated and info."""
+@dataclass(frozen=True)
+class Click:
+    """Click the centre of the first accessible of the AT-SPI tree with this role, and this
+    name or a line of text, that the observation lists (waiting for it to appear, as Await)."""
+
+    role: str
+    name: str | None = None
+    text: str | None = None
+    double: bool = False
+    max_waits: int = 15
+
+
+@dataclass(frozen=True)
+class TitleButton:
+    """Click a title-bar button of a window, where the X listing puts it: the window
+    manager's decorations are not AT-SPI objects, and X-only apps (xlogo, xclock) have no tree."""
+
+    window: str
+    button: str
+
+
+_NODE = re.compile(r'^\s*(?P<role>[a-z ]+?)(?: "(?P<name>.*)")? center \((?P<x>\d+), (?P<y>\d+)\)')
+
+
+def find_in_tree(screen: str, click: Click) -> tuple[int, int] | None:
+    """Where the AT-SPI part of the observation text puts the accessible `click` names."""
+    lines = screen.partition("accessibility tree (AT-SPI):")[2].splitlines()
+    for index, line in enumerate(lines):
+        node = _NODE.match(line)
+        if node is None or node["role"] != click.role or click.name not in (None, node["name"]):
+            continue
+        texts = [text.strip()[2:] for text in
+                 itertools.takewhile(lambda text: text.strip().startswith("|"), lines[index + 1:])]
+        if click.text is None or click.text in texts:
+            return int(node["x"]), int(node["y"])
+    return None
+
+
+def play(env: DesktopEnv, task: dict, turns: list[str | Await | Click | TitleButton]
+         ) -> tuple[float, bool, dict]:
+    """Run scripted turns from a reset, each placed from the last observation's text alone;
+    returns the final reward, terminated and info."""
     messages, _ = env.reset(options={"task": task})
     reward, terminated, info = 0.0, False, {}
-    # A person lets a freshly launched app settle before typing into it; on a loaded machine
-    # keystrokes sent before the app reads its input are lost.
-    for turn in [call("WAIT"), *turns]:
-        if isinstance(turn, Await):
+    for turn in turns:
+        screen = messages[-1]["content"]
+        if isinstance(turn, Await | Click):
             for _ in range(turn.max_waits):
-                if (turn.text in messages[-1]["content"]) == turn.present:
+                if isinstance(turn, Click):
+                    if find_in_tree(screen, turn):
+                        break
+                elif bool(re.search(turn.pattern, screen, re.MULTILINE)) == turn.present:
                     break
                 messages, *_ = env.step(call("WAIT"))
-            continue
+                screen = messages[-1]["content"]
+            else:
+                raise AssertionError(f"{turn} never held on the screen:\n{screen}")
+            if isinstance(turn, Await):
+                continue
+            x, y = find_in_tree(screen, turn)
+            turn = call("DOUBLE_CLICK" if turn.double else "CLICK", x=x, y=y)
+        elif isinstance(turn, TitleButton):
+            x, y = button_center(screen, turn.window, turn.button)
+            turn = call("CLICK", x=x, y=y)
         messages, reward, terminated, truncated, info = env.step(turn)
         if terminated or truncated:
             break
     return reward, terminated, info
 
 
-SOLUTIONS = {
-    "terminal-write-hello": [call("TYPING", text="echo 'hello world' > ~/hello.txt\n")],
-    "terminal-set-title": [call("TYPING", text="printf '\\033]0;build-server\\007'\n")],
+def command(line: str) -> list[str | Await | Click]:
+    """Type a shell command into the terminal once its prompt shows, then wait for the prompt
+    after it: keystrokes sent before the shell reads them would be lost."""
+    ran = rf"^\s*\| \$ {re.escape(line)}$(\n\s*\|.*$)*?\n\s*\| \$$"
+    return [Await(r"^\s*\| \$$"), Click("terminal"), call("TYPING", text=line + "\n"), Await(ran)]
+
+
+def saved(title: str) -> Await:
+    """Mousepad marks unsaved changes with a * before the title."""
+    return Await(f'^\\s*frame "{re.escape(title)} - Mousepad"')
+
+
+def create_in_file_manager(kind: str, name: str) -> list[str | Await | Click]:
+    """File > Create New... > `kind`, then the new name in pcmanfm's dialog and OK."""
+    return [Click("menu", "File"), Click("menu", "Create New..."), Click("menu item", kind),
+            Click("text", text="New"), call("HOTKEY", keys=["ctrl", "a"]),
+            call("TYPING", text=name), Click("push button", "OK"), Click("icon", text=name)]
+
+
+SOLUTIONS: dict[str, list[str | Await | Click | TitleButton]] = {
+    "terminal-make-folder": command("mkdir ~/projects"),
+    "terminal-write-hello": command("echo 'hello world' > ~/hello.txt"),
+    "terminal-count-lines": command("wc -l < ~/data.csv > ~/count.txt"),
+    "terminal-rename-file": command("mv ~/draft.txt ~/final.txt"),
+    "terminal-set-title": command("printf '\\033]0;build-server\\007'"),
+    "terminal-delete-logs": command("rm ~/logs/*.log"),
+    "terminal-make-executable": command("chmod +x ~/run.sh"),
+    "terminal-sort-names": command("sort ~/names.txt > ~/sorted.txt"),
+    "terminal-copy-folder": command("mkdir -p ~/backup && cp -r ~/photos ~/backup/"),
+    "terminal-second-window": [Click("menu", "File"), Click("menu item", "Open Terminal"),
+                               Await(r'^\s*\[2\] window "Terminal')],
+    "6f56bf42-85b8-4fbb-8e06-6c44960184ba":
+        command("echo 'water the plants' >> ~/Desktop/todo.txt"),
     "editor-append-line": [
-        call("HOTKEY", keys=["ctrl", "e"]),
-        call("PRESS", key="down") + call("TYPING", text="buy milk\n"),
-        call("HOTKEY", keys=["ctrl", "x"]) + call("HOTKEY", keys=["ctrl", "s"]),
+        Click("text", text="eggs"), call("HOTKEY", keys=["ctrl", "End"]),
+        call("TYPING", text="buy milk\n"), Click("menu", "File"), Click("menu item", "Save"),
+        saved("~/notes.txt"),
     ],
-    "files-new-folder": [
-        Await('window "Xfe'),
-        call("PRESS", key="f7"),
-        Await('dialog "New Folder"'),
-        call("TYPING", text="archive\n"),
-        Await('dialog "New Folder"', present=False),
+    "editor-insert-header": [
+        Click("text", text="- apples"), call("HOTKEY", keys=["ctrl", "Home"]),
+        call("TYPING", text="# Shopping list\n"), call("HOTKEY", keys=["ctrl", "s"]),
+        saved("~/list.md"),
     ],
-    "window-maximize-logo": [call("HOTKEY", keys=["alt", "f10"])],
-    # The "reports" row of xfe's list; xfe fills its list and retitles itself a moment after its
-    # window maps, later still on a loaded machine, so the solution waits as a person would.
-    "files-open-folder": [call("WAIT"), call("DOUBLE_CLICK", x=220, y=220), call("WAIT")],
-    "6f56bf42-85b8-4fbb-8e06-6c44960184ba": [
-        call("TYPING", text="echo 'water the plants' >> ~/Desktop/todo.txt\n")
+    "editor-replace-first-line": [
+        Click("text", text="TODO: fix bug"), call("HOTKEY", keys=["ctrl", "Home"]),
+        call("HOTKEY", keys=["shift", "End"]), call("TYPING", text="DONE: fix bug"),
+        call("HOTKEY", keys=["ctrl", "s"]), saved("~/todo.txt"),
     ],
+    "editor-empty-file": [
+        Click("text", text="token=abc"), call("HOTKEY", keys=["ctrl", "a"]),
+        call("PRESS", key="delete"), call("HOTKEY", keys=["ctrl", "s"]), saved("~/secrets.txt"),
+    ],
+    "editor-write-greeting": [
+        Click("text"), call("TYPING", text="Dear team,"), call("HOTKEY", keys=["ctrl", "s"]),
+        saved("~/greeting.txt"),
+    ],
+    "files-new-folder": create_in_file_manager("Folder", "archive"),
+    "files-new-file": create_in_file_manager("Empty File", "todo.txt"),
+    "files-open-folder": [Click("icon", text="reports", double=True), Await(r"\| /home/user/reports$")],
+    "window-close-clock": [TitleButton("xclock", "close"), Await('"xclock"', present=False)],
+    "window-close-all": [TitleButton("xlogo", "close"), TitleButton("xeyes", "close"),
+                         Await("0 window"), call("WAIT")],
+    "window-maximize-logo": [TitleButton("xlogo", "maximize")],
+    "window-focus-editor": [TitleButton("Terminal - ", "minimize"), Click("text"),
+                            Await(r'^\s*frame ".* - Mousepad" .*\[active')],
+    "infeasible-photoshop": [call("FAIL")],
 }
+
+
+@needs_desktop
+def test_every_shipped_task_has_a_scripted_solution(tasks: dict) -> None:
+    assert set(SOLUTIONS) == set(tasks)
 
 
 @needs_desktop
 @pytest.mark.parametrize("task_id", sorted(SOLUTIONS))
 def test_scripted_solution_scores_one(env: DesktopEnv, tasks: dict, task_id: str) -> None:
+    """Every shipped task, solved by a script that places each click from the observation's
+    text (the AT-SPI tree; the X listing for title bars and X-only apps), never a screenshot."""
     reward, terminated, info = play(env, tasks[task_id], [*SOLUTIONS[task_id], call("DONE")])
-    assert terminated and info["ended_by"] == "DONE"
+    assert terminated and info["ended_by"] in ("DONE", "FAIL")
     assert reward == 1.0, info
-
-
-@needs_desktop
-def test_closing_a_window_by_its_title_bar_button_from_the_tree_scores_one(
-    env: DesktopEnv, tasks: dict
-) -> None:
-    messages, _ = env.reset(options={"task": tasks["window-close-clock"]})
-    x, y = button_center(messages[-1]["content"], "xclock", "close")
-    env.step(call("CLICK", x=x, y=y))
-    _, reward, terminated, _, _ = env.step(call("DONE"))
-    assert terminated and reward == 1.0
 
 
 @needs_desktop
@@ -226,7 +326,7 @@ def test_osworld_format_task_loads_and_runs(env: DesktopEnv) -> None:
     } <= task.keys()
     messages, info = env.reset(options={"task": task})
     assert info["task_id"] == task["id"] and task["instruction"] in messages[-1]["content"]
-    assert "app=XTerm" in messages[-1]["content"]
+    assert "app=Xfce4-terminal" in messages[-1]["content"]
     env.step(call("TYPING", text="echo 'water the plants' >> ~/Desktop/todo.txt\n"))
     assert env.step(call("DONE"))[1] == 1.0
 
@@ -450,7 +550,7 @@ def _copy_jpgs_task(tmp_path: Path) -> dict:
         "id": "23393935-copy-jpgs", "snapshot": "os", "related_apps": ["os"],
         "instruction": "Recursively go through the folders of the 'photos' directory and copy "
                        "any .jpg files found into another directory named 'cpjpg'.",
-        "config": [*steps, {"type": "launch", "parameters": {"command": ["xterm"]}},
+        "config": [*steps, {"type": "launch", "parameters": {"command": ["xfce4-terminal"]}},
                    {"type": "execute", "parameters": {"command": [
                        "python", "-c", "import pyautogui; pyautogui.click({SCREEN_WIDTH_HALF}, "
                        "{SCREEN_HEIGHT_HALF})"]}}],
@@ -490,10 +590,10 @@ def test_every_supported_step_getter_and_metric_does_its_part(env: DesktopEnv) -
             {"type": "upload_file", "parameters": {"files": [
                 {"local_path": "hello.txt", "path": "/home/user/copy/hello.txt"}]}},
             {"type": "open", "parameters": {"path": "/home/user/expected.txt"}},
-            {"type": "launch", "parameters": {"command": ["xterm"]}},
-            {"type": "activate_window", "parameters": {"window_name": "XTerm",
+            {"type": "launch", "parameters": {"command": ["xfce4-terminal"]}},
+            {"type": "activate_window", "parameters": {"window_name": "Xfce4-terminal",
                                                        "by_class": True}},
-            {"type": "close_window", "parameters": {"window_name": "Xedit", "by_class": True}},
+            {"type": "close_window", "parameters": {"window_name": "Mousepad", "by_class": True}},
             {"type": "sleep", "parameters": {"seconds": 0.3}},
             {"type": "command", "parameters": {"command": "echo hi > /home/user/cmd.txt",
                                                "shell": True}},
@@ -512,7 +612,7 @@ def test_every_supported_step_getter_and_metric_does_its_part(env: DesktopEnv) -
                 {"type": "vm_file", "path": "/home/user/expected.txt"},
                 {"type": "rule", "rules": {"expected": "cmd.txt"}},
                 {"type": "rule", "rules": "oops\n"},
-                {"type": "rule", "rules": {"include": ["app=XTerm"], "exclude": ["app=Xedit"]}},
+                {"type": "rule", "rules": {"include": ["app=Xfce4-terminal"], "exclude": ["app=Mousepad"]}},
             ],
             "options": [{}, {}, {}, {}],
         },
@@ -532,13 +632,13 @@ def test_the_desktop_menu_is_read_from_the_observation_and_opens_a_terminal(
     task = {"id": "open-terminal", "instruction": "Open a terminal.", "config": [],
             "evaluator": {"func": "check_include_exclude",
                           "result": {"type": "accessibility_tree"},
-                          "expected": {"type": "rule", "rules": {"include": ["app=XTerm"]}}}}
+                          "expected": {"type": "rule", "rules": {"include": ["app=Xfce4-terminal"]}}}}
     env.reset(options={"task": task})
     observation = env.step(call("CLICK", x=900, y=700, button="right"))[0][-1]["content"]
     found = re.search(r'menu item "Terminal" at .* center \((\d+), (\d+)\)', observation)
     assert found, observation
     after = env.step(call("CLICK", x=int(found[1]), y=int(found[2])))[0][-1]["content"]
-    assert "app=XTerm" in after  # the step waited for the chosen app's window
+    assert "app=Xfce4-terminal" in after  # the step waited for the chosen app's window
     assert env.step(call("DONE"))[1] == 1.0
 
 
@@ -561,3 +661,21 @@ def test_a_cut_off_or_failed_reader_line_is_left_out() -> None:
     nodes = parse_tree(output)
     assert [(n.role, n.box) for n in nodes] == [("application", None), ("frame", (0, 0, 10, 10))]
     assert nodes[1].center == (5, 5)
+
+
+def test_each_role_falls_back_to_the_x_only_app_when_the_gtk_one_is_missing(monkeypatch) -> None:
+    from envs.desktop import apps
+
+    installed = {"xterm", "mousepad"}
+    monkeypatch.setattr(apps.shutil, "which", lambda name: name if name in installed else None)
+    assert apps.app_command("terminal") == ["xterm"]
+    assert apps.app_command("editor") == ["mousepad"]
+    assert apps.app_command("file_manager") == ["pcmanfm"]  # neither: the launch names it
+
+
+@needs_desktop
+def test_launching_a_program_that_is_not_installed_names_it(env: DesktopEnv) -> None:
+    task = {"id": "no-such-app", "instruction": "Say done.", "evaluator": {"func": "infeasible"},
+            "config": [{"type": "launch", "parameters": {"command": ["gimp-9000", "a.png"]}}]}
+    with pytest.raises(Exception, match="cannot launch 'gimp-9000': it is not installed"):
+        env.reset(options={"task": task})

@@ -63,8 +63,9 @@ def walk(node: Atspi.Accessible, app: str, depth: int) -> None:
         emit({"app": app, "depth": depth, "error": str(error)[:200]})
         return
     emit(record)
-    # Closed menus and hidden panels hold hundreds of nodes nobody can click.
-    if depth >= MAX_DEPTH or (depth > 1 and "showing" not in states):
+    # Closed menus and hidden panels hold hundreds of nodes nobody can click. GTK2 leaves
+    # "showing" off the items of an open menu, so a box on screen counts as shown too.
+    if depth >= MAX_DEPTH or (depth > 1 and "showing" not in states and "x" not in record):
         return
     for index in range(min(count, MAX_CHILDREN)):
         child = node.get_child_at_index(index)

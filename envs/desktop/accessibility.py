@@ -5,8 +5,8 @@ focused element) on an accessibility bus that the session's D-Bus starts on dema
 sandboxed app runs in its own user namespace mapping `user` to the host's root, so the buses run
 in such a sandbox too (a host-side daemon would see each client as uid 0 claiming 1000), and
 their sockets live in the episode's shared /tmp. The reader (`a11y_reader.py`) runs the same
-way, with Debian's python3 and its AT-SPI bindings. Apps without AT-SPI (xterm, xedit) still
-appear in the X window listing (`envs.desktop.observe`).
+way, with Debian's python3 and its AT-SPI bindings. Apps without AT-SPI (xlogo, xclock, the
+X-only fallbacks xterm and xedit) still appear in the X window listing (`envs.desktop.observe`).
 """
 
 from __future__ import annotations

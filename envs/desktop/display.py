@@ -31,6 +31,7 @@ from envs.desktop.accessibility import (
     parse_tree,
     reader_source,
 )
+from envs.desktop.apps import APT_PACKAGES, app_command
 
 __all__ = [
     "VM_HOME",
@@ -67,8 +68,7 @@ def require_programs(programs: Sequence[str] = REQUIRED_PROGRAMS) -> None:
     if missing:
         raise MissingProgramError(
             f"the desktop env needs {', '.join(missing)} on PATH; install them with "
-            "`apt-get install -y --no-install-recommends xvfb jwm xdotool bubblewrap xterm "
-            "x11-apps xfe`"
+            f"`apt-get install -y --no-install-recommends {APT_PACKAGES}`"
         )
 
 
@@ -219,7 +219,8 @@ class DesktopSession:
         return int(data.strip())
 
     def _start_window_manager(self) -> None:
-        apps = {"Terminal": ["xterm"], "Text editor": ["xedit"], "File manager": ["xfe", VM_HOME]}
+        apps = {"Terminal": app_command("terminal"), "Text editor": app_command("editor"),
+                "File manager": [*app_command("file_manager"), VM_HOME]}
         menu = {label: shlex.join(self.sandbox_argv(apps[label])) for label in ROOT_MENU_LABELS}
         config = self.root / "jwmrc"
         config.write_text(_jwm_config(menu))

@@ -12,6 +12,7 @@ import gymnasium
 import numpy as np
 
 from envs.desktop.actions import ENDING_ACTIONS, Computer
+from envs.desktop.apps import app_command
 from envs.desktop.display import ROOT_MENU_LABELS, DesktopSession
 from envs.desktop.evaluate import EvalContext, evaluate
 from envs.desktop.file_cache import MissingDownload, explain_missing, missing_downloads
@@ -36,13 +37,20 @@ logger = logging.getLogger(__name__)
 LAUNCH_WAIT_S = 2.0  # longest wait for the window of an app chosen from a menu
 
 _PREAMBLE = """You operate a Linux desktop ({width}x{height} pixels) with a mouse and keyboard \
-to complete the user's task. Apps: xterm (terminal), xedit (text editor; Ctrl+X then Ctrl+S \
-saves), xfe (file manager). Right-click the empty desktop for the app menu; Alt+F4 closes a \
-window. After each turn you get a listing of the windows and widgets on screen, with their \
-positions and sizes. Act with the tools below, one or more per turn. Call DONE when the task is \
-complete, or FAIL if it cannot be done."""
+to complete the user's task. Apps: {apps}. Right-click the empty desktop for the app menu; \
+Alt+F4 closes a window. After each turn you get a listing of the windows on screen with their \
+title-bar buttons and, for apps that publish one, their accessibility tree: menus, buttons, \
+text fields, editor and terminal text, each with the centre to click. Act with the tools \
+below, one or more per turn. Call DONE when the task is complete, or FAIL if it cannot be \
+done."""
 
 _XFE_CONFIG = "[OPTIONS]\nroot_warn=0\n"
+
+
+def _apps() -> str:
+    """The apps this machine's desktop runs, as the system prompt names them."""
+    roles = {"terminal": "terminal", "editor": "text editor", "file_manager": "file manager"}
+    return ", ".join(f"{app_command(role)[0]} ({label})" for role, label in roles.items())
 
 
 class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
@@ -50,8 +58,8 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
 
     ## Description
     Each episode starts its own X server (Xvfb), the JWM window manager, a fresh HOME (seen by
-    apps as `/home/user`) and `/tmp`, and then the task's set-up steps (launching xterm, xedit,
-    xfe, writing files...). Apps run under bubblewrap without network. The agent works the
+    apps as `/home/user`) and `/tmp`, and then the task's set-up steps (launching the mousepad editor,
+    xfce4-terminal, pcmanfm, writing files...). Apps run under bubblewrap without network. The agent works the
     desktop with OSWorld's `computer_13` actions until it calls DONE or FAIL; the task's
     evaluator then checks the final state (file contents, command output, window titles).
 
@@ -156,8 +164,9 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         self._session = session
         try:
             session.start()
-            (session.home / ".config" / "xfe").mkdir(parents=True)
-            (session.home / ".config" / "xfe" / "xferc").write_text(_XFE_CONFIG)
+            if app_command("file_manager")[0] == "xfe":  # the fallback; it asks first otherwise
+                (session.home / ".config" / "xfe").mkdir(parents=True)
+                (session.home / ".config" / "xfe" / "xferc").write_text(_XFE_CONFIG)
             self._observer = Observer(session.display, root_menu_labels=ROOT_MENU_LABELS)
             run_steps((session, self._observer), task["config"])
         except BaseException:
@@ -173,7 +182,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             {
                 "role": "system",
                 "content": tools_system_prompt(
-                    self.tools.values(), _PREAMBLE.format(width=width, height=height)
+                    self.tools.values(), _PREAMBLE.format(width=width, height=height, apps=_apps())
                 ),
             },
             {

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.desktop import file_cache
+from envs.desktop.apps import APT_PACKAGES, app_command
 from envs.desktop.display import DesktopSession
 from envs.desktop.observe import Observer
 
@@ -35,8 +36,6 @@ logger = logging.getLogger(__name__)
 
 FILES_DIR = Path(__file__).parent / "tasks" / "files"
 _LAUNCH_TIMEOUT_S = 5.0
-_DIRECTORY_APP = ("xfe",)
-_FILE_APP = ("xedit",)
 
 
 class UnsupportedTaskStep(ValueError):
@@ -74,6 +73,9 @@ def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
         argv = ["sh", "-c", command] if shell else shlex.split(command)
     else:
         argv = ["sh", "-c", shlex.join(command)] if shell else command
+    if shutil.which(argv[0]) is None:
+        raise SetupError(f"cannot launch {argv[0]!r}: it is not installed here (the shipped "
+                         f"tasks need `apt-get install {APT_PACKAGES}`)")
     before = len(observer.client_windows())
     session.launch(argv)
     _wait_for_new_window(observer, before, _LAUNCH_TIMEOUT_S)
@@ -100,8 +102,8 @@ def _open(context: StepContext, parameters: dict[str, Any]) -> None:
     path = parameters.get("path")
     if not isinstance(path, str):
         raise SetupError(f"'open' needs a 'path' string, got {path!r}")
-    app = _DIRECTORY_APP if session.host_path(path).is_dir() else _FILE_APP
-    _launch(context, {"command": [*app, path]})
+    role = "file_manager" if session.host_path(path).is_dir() else "editor"
+    _launch(context, {"command": [*app_command(role), path]})
 
 
 def _window_ids(session: DesktopSession, parameters: dict[str, Any]) -> list[str]:
