@@ -67,5 +67,27 @@ def test_latency_share_is_the_wait_a_sync_update_gained(tmp_path):
         pipeline_bench.plot_ratio_vs_share([slow], tmp_path / "r.png")
 
 
+def test_the_plot_command_gathers_profiles_of_several_runs_into_one_file(tmp_path):
+    """The committed figure's JSON holds every profile measured, each with its ratio and
+    latency share, though they came from separate `bench pipeline` runs."""
+    from typer.testing import CliRunner
+
+    from agent_rl.cli.main import app
+
+    files = []
+    for name, profile in (("free", _profile(None, 100.0, 1.1)),
+                          ("slow", _profile("fixed:10", 25.0, 2.5))):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps({"updates": 12, "profiles": [profile]}))
+    merged = tmp_path / "all.json"
+    result = CliRunner().invoke(app, ["bench", "pipeline-plot", *map(str, files), "--out",
+                                      str(tmp_path / "r.png"), "--json-out", str(merged)])
+    assert result.exit_code == 0, result.output
+    profiles = json.loads(merged.read_text())["profiles"]
+    assert [(p["env_latency"], p["async_over_sync"]) for p in profiles] == [(None, 1.1),
+                                                                           ("fixed:10", 2.5)]
+    assert profiles[1]["latency_share"] == pytest.approx(0.75)
+
+
 def _slug(profile: dict) -> str:
     return "no-latency" if profile["env_latency"] is None else "fixed_0.2"

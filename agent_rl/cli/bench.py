@@ -160,6 +160,8 @@ def bench_pipeline_plot(
                                                 "needs the latency-free profile.")],
     out: Annotated[Path, typer.Option(help="The PNG to write.")] = Path(
         "docs/figures/bench_pipeline_latency.png"),
+    json_out: Annotated[Path | None, typer.Option(
+        help="Also write every profile plotted, with its latency share, to one JSON file.")] = None,
 ) -> None:
     """async/sync against the share of a sync update spent waiting on envs, from earlier
     `bench pipeline` runs (profiles of several files together)."""
@@ -174,10 +176,18 @@ def bench_pipeline_plot(
         written = pipeline_bench.plot_ratio_vs_share(profiles, out)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
+    baseline = next(p for p in profiles if p["env_latency"] is None)
     for profile in profiles:
+        profile["latency_share"] = pipeline_bench.latency_share(profile, baseline)
         console.print(f"{profile['env_latency'] or 'none'}: async / sync "
-                      f"{profile['async_over_sync']:.2f}x")
+                      f"{profile['async_over_sync']:.2f}x at latency share "
+                      f"{profile['latency_share']:.0%}")
     console.print(f"plot written to {written}")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({"sources": [str(path) for path in files],
+                                        "profiles": profiles}, indent=2) + "\n")
+        console.print(f"profiles written to {json_out}")
 
 
 @app.command("rollout")
