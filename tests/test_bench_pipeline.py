@@ -41,6 +41,10 @@ def test_latency_profiles_run_in_pairs_and_calibrate_the_simulator(local_ray, tm
             assert summary["mode"] == mode and summary["updates"] == 2
     assert plain["sync"]["env_wait_s_per_episode"] == 0.0
     assert slow["sync"]["env_wait_s_per_episode"] == pytest.approx(0.2)  # one step an episode
+    for profile in (plain, slow):  # where the rollout's time went: the shares make the whole
+        for mode in ("async", "sync"):
+            assert sum(profile[mode]["rollout_time"].values()) == pytest.approx(1.0)
+    assert slow["sync"]["rollout_time"]["env_wait"] > 0
     png = pipeline_bench.plot_ratio_vs_share(report["profiles"], tmp_path / "ratio.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -49,6 +53,8 @@ def test_latency_profiles_run_in_pairs_and_calibrate_the_simulator(local_ray, tm
     rows = check(predictions, [plain["sync"]["run_dir"], plain["async"]["run_dir"]])
     assert {row["mode"] for row in rows} == {"sync", "async"}
     assert all(row["predicted_updates_per_hour"] > 0 for row in rows)
+    assert all(set(row["measured_time_shares"]) <= set(row["predicted_time_shares"])
+               for row in rows)
 
 
 def _profile(latency: str | None, sync_per_hour: float, ratio: float) -> dict:

@@ -130,6 +130,9 @@ def test_async_run_trains_at_lag_above_one_within_max_lag(async_run) -> None:
         assert record["lag/max"] <= 3
         assert sum(record["lag/hist"].values()) > 0
         assert record["is/tokens"] > 0
+        # Where the rollout's time went since its first group: the shares make the whole.
+        shares = [record[f"rollout/{part}_share"] for part in ("decoding", "env_wait", "idle")]
+        assert shares[0] > 0 and sum(shares) == pytest.approx(1.0)
     assert {p.name for p in summary.plots} >= {"importance_weights.png", "lag.png"}
     assert (summary.run_dir / "config.yaml").exists()
     # The held-out evaluation at update 5 ran on that version's weights, every episode graded.

@@ -35,13 +35,15 @@ def run(console: Console, config_path: str | Path, updates: int,
                    for mode in ("async", "sync")}
         profiles.append(_profile(latency, results))
     table = Table("env latency", "mode", "updates", "train wall (s)", "updates/hour", "max lag",
-                  "learner busy", "env wait / episode (s)")
+                  "learner busy", "rollout decoding / env wait / idle",
+                  "env wait / episode (s)")
     for profile in profiles:
         for mode in ("async", "sync"):
             row = profile[mode]
             table.add_row(profile["env_latency"] or "none", mode, str(row["updates"]),
                           f"{row['train_wall_s']:.1f}", f"{row['updates_per_hour']:.1f}",
                           str(row["lag_max"]), f"{row['learner_busy_share']:.0%}",
+                          " / ".join(f"{share:.0%}" for share in row["rollout_time"].values()),
                           f"{row['env_wait_s_per_episode']:.1f}")
     console.print(table)
     for profile in profiles:
@@ -87,6 +89,9 @@ def _profile(latency: str | None, results: dict[str, RunSummary]) -> dict[str, A
             "lag_max": summary.lag_max,
             "learner_busy_share": learner_s / summary.train_wall_s if summary.train_wall_s else 0,
             "env_wait_s_per_episode": env_wait / responses,
+            # The rollout actors' time since their first group (see agent_rl/rollout/time_use.py).
+            "rollout_time": {part: records[-1].get(f"rollout/{part}_share", 0.0) if records
+                             else 0.0 for part in ("decoding", "env_wait", "idle")},
         }
     return profile
 

@@ -99,6 +99,11 @@ def simulate_command(
             console.print(f"{row['mode']}: {given} {row['measured_updates_per_hour']:.1f} "
                           f"updates/hour, predicted {row['predicted_updates_per_hour']:.1f} "
                           f"({row['error']:+.0%}{spread}) [{row['run']}]")
+            if measured := row.get("measured_time_shares"):
+                predicted = row["predicted_time_shares"]
+                console.print("  rollout time, measured vs predicted: " + ", ".join(
+                    f"{part.replace('_', ' ')} {share:.0%} vs {predicted.get(part, 0):.0%}"
+                    for part, share in measured.items()))
     if sweep_devices or sweep_latency:
         devices = [int(x) for x in (sweep_devices or str(report["rollout_devices"])).split(",")]
         latencies = [float(x) for x in (sweep_latency or str(costs.env_step_s)).split(",")]

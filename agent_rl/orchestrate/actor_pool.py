@@ -294,6 +294,23 @@ class ActorPool:
         logger.warning("rollout actor %d died (%s); restarting it", actor, error)
         return [ActorDied(actor, error)]
 
+    def time_use(self, timeout_s: float = 10.0) -> dict[str, float]:
+        """Seconds the live actors spent decoding, waiting on envs and idle, summed; an actor
+        that is dead or does not answer in time is left out (a restarted one counts from its
+        restart)."""
+        totals = {"decoding_s": 0.0, "env_wait_s": 0.0, "idle_s": 0.0}
+        for index, actor in enumerate(self.actors):
+            if index in self.dead:
+                continue
+            try:
+                use = self.ray.get(actor.time_use.remote(), timeout=timeout_s)
+            except Exception as error:  # noqa: BLE001 - a diagnostic must not stop the run
+                logger.debug("no time use from rollout actor %d: %s", index, error)
+                continue
+            for key in totals:
+                totals[key] += use.get(key, 0.0)
+        return totals
+
     # -- the end -------------------------------------------------------------------------------
 
     def shutdown(self, grace_s: float = 30) -> None:

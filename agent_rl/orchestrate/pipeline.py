@@ -103,6 +103,16 @@ def train(config: TrainConfig, on_update: OnUpdate | None = None,
     return summary
 
 
+def rollout_time_shares(time_use: dict[str, float]) -> dict[str, float]:
+    """The rollout actors' time since their first group as shares: decoding, waiting on envs
+    (episodes running, none sampling), idle (none running)."""
+    total = sum(time_use.values())
+    if total <= 0:
+        return {}
+    return {f"rollout/{key.removesuffix('_s')}_share": seconds / total
+            for key, seconds in time_use.items()}
+
+
 def check_resumable(config: TrainConfig, run_dir: Path) -> None:
     """Refuse to resume a run under other settings: its checkpoints, metrics and ledger would
     mix two runs (a changed learning rate went on from the old run's update 19 silently)."""
@@ -302,6 +312,7 @@ class Pipeline:
                if isinstance(v, int)},
         })
         loads.clear()
+        metrics.update(rollout_time_shares(self.pool.time_use()))
         if (every := self.config.pipeline.eval_every) and version % every == 0:
             self._handle(self.pool.wait_for_weights(version))  # the figure is this version's
             metrics.update(held_out_reward(self.pool, self.config))

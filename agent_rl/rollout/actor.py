@@ -31,6 +31,7 @@ from agent_rl.rollout.episode import (
     SampledTurn,
     run_episode,
 )
+from agent_rl.rollout.time_use import TimeUse
 from agent_rl.rollout.weight_sync import WeightUpdateTiming, WeightVersionError, update_engine_weights
 from agent_rl.trajectory import (
     Group,
@@ -94,6 +95,7 @@ class RolloutActor:
         self._update_lock = asyncio.Lock()
         self._group_serial = itertools.count()
         self._env_threads = EnvThreads(self.config.env_threads)
+        self._time = TimeUse()
         self._engine: Any = None
         self._tokenizer: Any = None
         self._context_budget = self.config.context_budget
@@ -261,6 +263,10 @@ class RolloutActor:
         assert final is not None and final.prompt_logprobs is not None
         return [final.prompt_logprobs[i][tok].logprob for i, tok in enumerate(token_ids) if i > 0]
 
+    async def time_use(self) -> dict[str, float]:
+        """Seconds decoding, waiting on envs and idle since this actor's first group."""
+        return self._time.snapshot()
+
     async def shutdown(self) -> None:
         """Stop the engine and the env threads."""
         if self._engine is not None:
@@ -271,17 +277,26 @@ class RolloutActor:
     async def _run_episode(
         self, task: dict[str, Any] | None, group_id: str, seed: int | None
     ) -> Trajectory:
-        record = await run_episode(
-            self._sample_turn, self._env_threads, self._env_factory, task, seed,
-            tokenizer=self._tokenizer, context_budget=self._context_budget,
-            pass_tools=self.config.pass_tools_to_template,
-        )
+        self._time.change(episodes=1)
+        try:
+            record = await run_episode(
+                self._sample_turn, self._env_threads, self._env_factory, task, seed,
+                tokenizer=self._tokenizer, context_budget=self._context_budget,
+                pass_tools=self.config.pass_tools_to_template,
+            )
+        finally:
+            self._time.change(episodes=-1)
         return record.to_trajectory(group_id, self._sampling_record(seed))
 
     async def _sample_turn(self, token_ids: list[int], room: int, seed: int | None
                            ) -> SampledTurn:
-        return await self.sample(token_ids, max_tokens=min(self.config.max_tokens_per_turn, room),
-                                 seed=seed, min_tokens=self.config.min_tokens_per_turn)
+        self._time.change(sampling=1)
+        try:
+            return await self.sample(token_ids, seed=seed,
+                                     max_tokens=min(self.config.max_tokens_per_turn, room),
+                                     min_tokens=self.config.min_tokens_per_turn)
+        finally:
+            self._time.change(sampling=-1)
 
     def _make_gymnasium_env(self) -> Any:
         from envs.loading import make_env

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from agent_rl.metrics import read_summary
+from agent_rl.metrics import read_metrics, read_summary
 from agent_rl.orchestrate.scheduler import SchedulerLimits
 from agent_rl.simulate.costs import Costs
 from agent_rl.simulate.simulator import SimResult, simulate
@@ -42,11 +42,20 @@ def predict(config: TrainConfig, costs: Costs, rollout_devices: int | None = Non
 
 
 def check(predictions: dict[str, SimResult], run_dirs: list[Path]) -> list[dict[str, Any]]:
-    """Predicted against measured updates/hour, one row per measured run (by its mode)."""
+    """Predicted against measured updates/hour, one row per measured run (by its mode), with
+    the rollout's time split (decoding, env wait, idle) where the run logged it."""
     rows = []
     for run_dir in run_dirs:
         run = read_summary(run_dir)
-        rows.append(check_row(predictions, run["mode"], run["updates_per_hour"], str(run_dir)))
+        row = check_row(predictions, run["mode"], run["updates_per_hour"], str(run_dir))
+        records = read_metrics(run_dir)
+        measured = {key.removeprefix("rollout/").removesuffix("_share"): value
+                    for key, value in (records[-1] if records else {}).items()
+                    if key.startswith("rollout/") and key.endswith("_share")}
+        if measured:
+            row["measured_time_shares"] = measured
+            row["predicted_time_shares"] = predictions[run["mode"]].time_shares
+        rows.append(row)
     return rows
 
 
