@@ -679,3 +679,30 @@ def test_launching_a_program_that_is_not_installed_names_it(env: DesktopEnv) -> 
             "config": [{"type": "launch", "parameters": {"command": ["gimp-9000", "a.png"]}}]}
     with pytest.raises(Exception, match="cannot launch 'gimp-9000': it is not installed"):
         env.reset(options={"task": task})
+
+
+def test_osworld_gnome_apps_stand_in_for_this_desktops_apps(monkeypatch) -> None:
+    from envs.desktop import apps
+
+    installed = {"xfce4-terminal", "mousepad", "pcmanfm"}
+    monkeypatch.setattr(apps.shutil, "which", lambda name: name if name in installed else None)
+    assert apps.stand_in(["gedit", "/home/user/a.txt"]) == ["mousepad", "/home/user/a.txt"]
+    assert apps.stand_in(["nautilus", "/home/user"]) == ["pcmanfm", "/home/user"]
+    assert apps.stand_in(["gnome-terminal", "--", "bash", "-c", "ls"]) == [
+        "xfce4-terminal", "-x", "bash", "-c", "ls"]
+    assert apps.stand_in(["mousepad"]) == ["mousepad"]
+    installed.add("gedit")  # the real one, where it is installed
+    assert apps.stand_in(["gedit"]) == ["gedit"]
+
+
+@needs_desktop
+def test_a_task_that_launches_gedit_gets_the_editor_with_its_file(env: DesktopEnv) -> None:
+    task = {"id": "osworld-gedit", "instruction": "Say done.",
+            "config": [{"type": "create_file", "parameters": {"path": "/home/user/a.txt",
+                                                               "content": "from gedit\n"}},
+                       {"type": "launch", "parameters": {"command": ["gedit", "/home/user/a.txt"]}}],
+            "evaluator": {"func": "check_include_exclude", "result": {"type": "accessibility_tree"},
+                          "expected": {"type": "rule", "rules": {"include": ["a.txt - Mousepad"]}}}}
+    if shutil.which("gedit"):
+        pytest.skip("gedit is installed here, so it runs itself")
+    assert play(env, task, [Await(r"\| from gedit$"), call("DONE")])[0] == 1.0

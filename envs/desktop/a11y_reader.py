@@ -4,7 +4,7 @@ Not imported by the package: `envs.desktop.accessibility` runs it with Debian's 
 has the AT-SPI GObject bindings; the project's venv has not) inside the episode's sandbox,
 because the accessibility bus only accepts clients of the apps' own user namespace. Each line:
 {"app", "depth", "role", "name", "states", "x", "y", "w", "h"} plus "text" for text-bearing
-widgets (editor buffers, terminals, labels) and "actions"; the walk is bounded in nodes, depth
+widgets (editor buffers, terminals, labels); the walk is bounded in nodes, depth
 and time so a hung app cannot stall a step.
 """
 
@@ -55,9 +55,6 @@ def walk(node: Atspi.Accessible, app: str, depth: int) -> None:
             record.update(x=box.x, y=box.y, w=box.width, h=box.height)
         if text := text_of(node):
             record["text"] = text
-        if "Action" in node.get_interfaces():
-            record["actions"] = [Atspi.Action.get_action_name(node, i)
-                                 for i in range(Atspi.Action.get_n_actions(node))]
         count = node.get_child_count()
     except Exception as error:  # an app that died mid-walk: note it, keep the others
         emit({"app": app, "depth": depth, "error": str(error)[:200]})

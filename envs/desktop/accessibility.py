@@ -68,7 +68,6 @@ class A11yNode:
     states: list[str] = field(default_factory=list)
     box: tuple[int, int, int, int] | None = None
     text: str | None = None
-    actions: list[str] = field(default_factory=list)
 
     @property
     def center(self) -> tuple[int, int] | None:
@@ -91,8 +90,7 @@ def parse_tree(output: str) -> list[A11yNode]:
             continue
         box = (record["x"], record["y"], record["w"], record["h"]) if "x" in record else None
         nodes.append(A11yNode(record["app"], record["depth"], record["role"], record["name"],
-                              record.get("states", []), box, record.get("text"),
-                              record.get("actions", [])))
+                              record.get("states", []), box, record.get("text")))
     return nodes
 
 

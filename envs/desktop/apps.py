@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import shutil
 
-__all__ = ["APPS", "APT_PACKAGES", "GTK_APPS", "app_command"]
+__all__ = ["APPS", "APT_PACKAGES", "GTK_APPS", "OSWORLD_APPS", "app_command", "stand_in"]
 
 APPS: dict[str, tuple[tuple[str, ...], ...]] = {
     "terminal": (("xfce4-terminal",), ("xterm",)),
     "editor": (("mousepad",), ("xedit",)),
     "file_manager": (("pcmanfm",), ("xfe",)),
 }
+# OSWorld's Ubuntu VM runs GNOME's apps, and its tasks launch them by name.
+OSWORLD_APPS = {"gnome-terminal": "terminal", "gedit": "editor", "nautilus": "file_manager"}
 GTK_APPS = tuple(choices[0][0] for choices in APPS.values())
 # Everything the desktop env and its shipped tasks use, as Debian names it.
 APT_PACKAGES = ("xvfb jwm xdotool x11-utils x11-apps bubblewrap dbus at-spi2-core python3-gi "
@@ -27,3 +29,16 @@ def app_command(role: str) -> list[str]:
     is installed, so that the launch names what is missing)."""
     choices = APPS[role]
     return list(next((argv for argv in choices if shutil.which(argv[0])), choices[0]))
+
+
+def stand_in(argv: list[str]) -> list[str]:
+    """`argv` with an OSWorld GNOME app that is not installed swapped for this desktop's app of
+    the same role (its arguments, files or folders, kept; gnome-terminal's `--` before a
+    command becomes xfce4-terminal's `-x`)."""
+    role = OSWORLD_APPS.get(argv[0]) if argv else None
+    if role is None or shutil.which(argv[0]):
+        return argv
+    command, arguments = app_command(role), argv[1:]
+    if argv[0] == "gnome-terminal" and "--" in arguments and command[0] == "xfce4-terminal":
+        arguments = [("-x" if arg == "--" else arg) for arg in arguments]
+    return [*command, *arguments]

@@ -35,6 +35,8 @@ class MissingDownload(EnvsError):
 
 
 def cache_dir() -> Path:
+    """Under agent-rl's cache home, found by the rule of `agent_rl.model_store.agent_rl_home`
+    (restated: envs never import agent_rl)."""
     home = os.environ.get("AGENT_RL_HOME")
     root = Path(home).expanduser() if home else Path(
         os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agent-rl"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.desktop import file_cache
-from envs.desktop.apps import APT_PACKAGES, app_command
+from envs.desktop.apps import APT_PACKAGES, app_command, stand_in
 from envs.desktop.display import DesktopSession
 from envs.desktop.observe import Observer
 
@@ -73,6 +73,9 @@ def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
         argv = ["sh", "-c", command] if shell else shlex.split(command)
     else:
         argv = ["sh", "-c", shlex.join(command)] if shell else command
+    if (swapped := stand_in(argv)) != argv:
+        logger.info("launching %s in place of %s, which is not installed", swapped[0], argv[0])
+        argv = swapped
     if shutil.which(argv[0]) is None:
         raise SetupError(f"cannot launch {argv[0]!r}: it is not installed here (the shipped "
                          f"tasks need `apt-get install {APT_PACKAGES}`)")
