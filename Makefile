@@ -77,14 +77,20 @@ demo-handwritten: $(DEMO)/compare.md
 	@cp $(DEMO)/hand/compare.md docs/figures/demo_compare_handwritten.md
 
 # The learning run (#20): the main job's RL from the same SFT checkpoint for an hour, evaluated on
-# the main job's held-out tasks and set against the SFT model; curves in runs/learning_curve/plots.
+# the main job's held-out tasks and the hand-written ones, each set against the SFT model; curves in
+# runs/learning_curve/plots.
 LC := runs/learning_curve
 
-learning-curve: $(DEMO)/eval-sft/report.json
+learning-curve: $(DEMO)/eval-sft/report.json $(DEMO)/hand-sft/report.json
 	$(AGENT_RL) train configs/learning_curve.yaml --set out_dir=$(LC) --set init_from=$(DEMO)/sft
 	$(AGENT_RL) eval --model $(LC) $(DEMO_EVAL) --out $(LC)/eval
 	$(AGENT_RL) compare sft=$(DEMO)/eval-sft rl=$(LC)/eval --out $(LC)/compare
+	$(AGENT_RL) eval --model $(LC) $(HAND) --out $(LC)/hand
+	$(AGENT_RL) compare sft=$(DEMO)/hand-sft rl=$(LC)/hand --out $(LC)/hand-compare
 	$(AGENT_RL) plot $(LC)
+
+$(DEMO)/hand-sft/report.json: $(DEMO)/sft/done
+	$(AGENT_RL) eval --model $(DEMO)/sft $(HAND) --out $(DEMO)/hand-sft
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
