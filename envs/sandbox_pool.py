@@ -24,7 +24,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# Sessions started ahead of use, per purpose. The pool grows on demand up to MAX_SESSIONS: an
+# episode holds its session until it ends, so the rollout needs one per episode in flight.
 POOL_SIZES = {"episodes": 4, "verify": 2}
+MAX_SESSIONS = 256
 
 _pools: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
@@ -59,7 +62,8 @@ def default_sandbox_config() -> Any:
 def shared_pool(config: Any = None, purpose: str = "episodes", size: int | None = None) -> Any:
     """The process-wide pool for `config` and `purpose`, created on first use.
 
-    `size` (default from `POOL_SIZES`) only matters for the call that creates the pool.
+    `size` (default from `POOL_SIZES`) only matters for the call that creates the pool, which
+    may then grow to `MAX_SESSIONS` while callers wait for sessions.
 
     Raises:
         SandboxUnavailableError: the sandbox package is missing.
@@ -72,7 +76,7 @@ def shared_pool(config: Any = None, purpose: str = "episodes", size: int | None 
         if pool is None:
             size = size or POOL_SIZES.get(purpose, 2)
             logger.info("starting sandbox pool %r of size %d", purpose, size)
-            pool = sandbox.SessionPool(config, size=size)
+            pool = sandbox.SessionPool(config, size=size, max_size=max(size, MAX_SESSIONS))
             _pools[key] = pool
         return pool
 

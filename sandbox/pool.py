@@ -1,7 +1,12 @@
-"""A bounded pool of started sessions, so an episode gets one without paying the start-up.
+"""A pool of started sessions, so an episode gets one without paying the start-up.
 
 `release` hands a session to a background thread that resets it (a fresh kernel, see
 `Session.reset`) before it is offered again; `acquire` only ever returns clean sessions.
+
+The pool starts `size` sessions ahead of use and, when an `acquire` finds none ready, grows up to
+`max_size`. Callers that hold a session across awaits (an episode keeps its interpreter until it
+ends) need as many sessions as they have episodes in flight: a fixed pool smaller than that
+serialises the episodes, and deadlocks when the threads that would release are the ones waiting.
 """
 
 from __future__ import annotations
@@ -23,13 +28,20 @@ logger = logging.getLogger(__name__)
 
 
 class SessionPool:
-    """At most `size` sessions, started ahead of use and recycled on release. Thread-safe."""
+    """`size` sessions started ahead of use, up to `max_size` on demand, recycled on release.
 
-    def __init__(self, config: SandboxConfig | None = None, size: int = 4) -> None:
+    Thread-safe. `max_size` defaults to `size`: a fixed pool.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None, size: int = 4,
+                 max_size: int | None = None) -> None:
         if size < 1:
             raise SandboxError(f"SessionPool size must be at least 1, got {size}")
+        if max_size is not None and max_size < size:
+            raise SandboxError(f"SessionPool max_size ({max_size}) is below its size ({size})")
         self.config = config if config is not None else SandboxConfig()
         self.size = size
+        self.max_size = max_size if max_size is not None else size
         self._ready: queue.Queue[Session] = queue.Queue()
         self._to_recycle: queue.Queue[Session | None] = queue.Queue()
         self._lock = threading.Lock()
@@ -44,7 +56,7 @@ class SessionPool:
 
     def __repr__(self) -> str:
         return (f"SessionPool(backend={self.config.backend!r}, size={self.size},"
-                f" ready={self._ready.qsize()})")
+                f" max_size={self.max_size}, ready={self._ready.qsize()})")
 
     @property
     def ready(self) -> int:
@@ -94,12 +106,14 @@ class SessionPool:
         """
         if self._closed:
             raise SandboxClosedError("this SessionPool is closed")
+        self._grow_if_starved()
         try:
             item = self._ready.get(timeout=timeout_s)
         except queue.Empty as error:
             raise SandboxStartError(
-                f"no sandbox session became free within {timeout_s} s (pool size {self.size});"
-                " release sessions after use or make the pool larger") from error
+                f"no sandbox session became free within {timeout_s} s (pool size {self.size},"
+                f" at most {self.max_size}); release sessions after use or raise max_size"
+            ) from error
         if isinstance(item, _Failure):
             if isinstance(item.error, SandboxClosedError):
                 self._ready.put(item)  # wake the next waiter too
@@ -111,6 +125,14 @@ class SessionPool:
             item.close()
             raise SandboxClosedError("this SessionPool is closed")
         return item
+
+    def _grow_if_starved(self) -> None:
+        """Start one more session when none is ready and the pool may still grow."""
+        with self._lock:
+            if self._ready.qsize() or self.size >= self.max_size:
+                return
+            self.size += 1
+        self._to_recycle.put(None)
 
     async def aacquire(self, timeout_s: float | None = None) -> Session:
         """`acquire` without blocking the event loop."""

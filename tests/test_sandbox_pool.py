@@ -98,3 +98,35 @@ def test_foreign_session_is_refused_and_closed_pool_refuses(pool, config):
     pool.close()
     with pytest.raises(SandboxClosedError):
         pool.acquire(timeout_s=1)
+
+
+def test_pool_grows_on_demand_up_to_max_size(config):
+    with SessionPool(config, size=1, max_size=3) as pool:
+        held = [pool.acquire(timeout_s=30) for _ in range(3)]
+        assert len({id(session) for session in held}) == 3
+        assert pool.size == 3
+        with pytest.raises(SandboxStartError, match="at most 3\)"):
+            pool.acquire(timeout_s=0.5)
+        for session in held:
+            pool.release(session)
+        again = [pool.acquire(timeout_s=30) for _ in range(3)]
+        assert pool.size == 3  # released sessions are reused, not added to
+        for session in again:
+            pool.release(session)
+
+
+def test_max_size_below_size_is_refused(config):
+    with pytest.raises(SandboxError, match="max_size"):
+        SessionPool(config, size=3, max_size=2)
+
+
+def test_episodes_may_hold_more_sessions_than_the_pool_starts_with():
+    """An episode keeps its session until it ends: the rollout holds one per episode in flight,
+    and a pool that stopped at its warm size would deadlock the env threads that wait on it."""
+    from envs.sandbox_pool import POOL_SIZES, shared_pool
+
+    pool = shared_pool(config_for("bwrap"), purpose="episodes")
+    held = [pool.acquire(timeout_s=30) for _ in range(POOL_SIZES["episodes"] * 2 + 1)]
+    assert len({id(session) for session in held}) == len(held)
+    for session in held:
+        pool.release(session)
