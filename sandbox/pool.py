@@ -46,6 +46,7 @@ class SessionPool:
         self._to_recycle: queue.Queue[Session | None] = queue.Queue()
         self._lock = threading.Lock()
         self._sessions: set[Session] = set()
+        self._claimed = 0  # callers holding or waiting for a session
         self._closed = False
         self._last_error: BaseException | None = None
         self._worker = threading.Thread(target=self._recycle_loop, name="sandbox-pool",
@@ -106,15 +107,17 @@ class SessionPool:
         """
         if self._closed:
             raise SandboxClosedError("this SessionPool is closed")
-        self._grow_if_starved()
+        self._claim()
         try:
             item = self._ready.get(timeout=timeout_s)
         except queue.Empty as error:
+            self._unclaim()
             raise SandboxStartError(
                 f"no sandbox session became free within {timeout_s} s (pool size {self.size},"
                 f" at most {self.max_size}); release sessions after use or raise max_size"
             ) from error
         if isinstance(item, _Failure):
+            self._unclaim()
             if isinstance(item.error, SandboxClosedError):
                 self._ready.put(item)  # wake the next waiter too
                 raise SandboxClosedError("this SessionPool is closed") from item.error
@@ -126,13 +129,20 @@ class SessionPool:
             raise SandboxClosedError("this SessionPool is closed")
         return item
 
-    def _grow_if_starved(self) -> None:
-        """Start one more session when none is ready and the pool may still grow."""
+    def _claim(self) -> None:
+        """Count one more caller holding or awaiting a session; start a session for it when
+        every session is already spoken for and the pool may still grow."""
         with self._lock:
-            if self._ready.qsize() or self.size >= self.max_size:
-                return
-            self.size += 1
-        self._to_recycle.put(None)
+            self._claimed += 1
+            grow = self._claimed > self.size and self.size < self.max_size
+            if grow:
+                self.size += 1
+        if grow:
+            self._to_recycle.put(None)
+
+    def _unclaim(self) -> None:
+        with self._lock:
+            self._claimed -= 1
 
     async def aacquire(self, timeout_s: float | None = None) -> Session:
         """`acquire` without blocking the event loop."""
@@ -142,6 +152,8 @@ class SessionPool:
         """Give a session back; it is reset before anyone gets it again."""
         with self._lock:
             owned = session in self._sessions
+            if owned:
+                self._claimed -= 1
         if not owned:
             raise SandboxError(f"{session!r} does not belong to this pool")
         if self._closed:

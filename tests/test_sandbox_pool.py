@@ -130,3 +130,27 @@ def test_episodes_may_hold_more_sessions_than_the_pool_starts_with():
     assert len({id(session) for session in held}) == len(held)
     for session in held:
         pool.release(session)
+
+
+def test_callers_arriving_together_at_a_warm_pool_each_get_a_session(config):
+    """Growth counts callers, not the ready queue: eight threads arriving while the two warm
+    sessions are ready must not all decide that no new session is needed."""
+    with SessionPool(config, size=2, max_size=8) as pool:
+        deadline = time.monotonic() + 60
+        while pool.ready < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        barrier = threading.Barrier(8)
+        got: list = []
+
+        def take() -> None:
+            barrier.wait()
+            got.append(pool.acquire(timeout_s=60))
+
+        threads = [threading.Thread(target=take) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(90)
+        assert len({id(session) for session in got}) == 8
+        for session in got:
+            pool.release(session)
