@@ -3,10 +3,11 @@
 `release` hands a session to a background thread that resets it (a fresh kernel, see
 `Session.reset`) before it is offered again; `acquire` only ever returns clean sessions.
 
-The pool starts `size` sessions ahead of use and, when an `acquire` finds none ready, grows up to
-`max_size`. Callers that hold a session across awaits (an episode keeps its interpreter until it
-ends) need as many sessions as they have episodes in flight: a fixed pool smaller than that
-serialises the episodes, and deadlocks when the threads that would release are the ones waiting.
+The pool starts `size` sessions ahead of use and, when every session is held or promised to a
+waiting caller, starts one more, up to `max_size`. Callers that hold a session across awaits (an
+episode keeps its interpreter until it ends) need as many sessions as they have episodes in
+flight: a fixed pool smaller than that serialises the episodes, and deadlocks when the threads
+that would release are the ones waiting.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class SessionPool:
         session.close()
 
     def acquire(self, timeout_s: float | None = None) -> Session:
-        """A clean session; waits while all `size` are in use or being reset.
+        """A clean session; waits while one is started or reset for this caller, or, at
+        `max_size`, until one is released.
 
         Raises:
             SandboxStartError: a session could not be started (the pool tries again on the
