@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from agent_rl.rollout.episode import EnvThreads, SampledTurn, run_episode
+from agent_rl.rollout.episode import EnvThreads, SampledTurn, SampleTurn, run_episode
 from envs.loading import make_env
 from envs.tasks import load_tasks
 
@@ -32,7 +32,7 @@ def test_more_episodes_than_threads_and_warm_sessions_all_finish(tiny_model: Pat
     tasks = load_tasks("heldout", ["arithmetic"]).to_list()[:24]
     env_threads = EnvThreads(8)
 
-    def policy(task: dict) -> object:
+    def policy(task: dict) -> SampleTurn:
         turns = [_call("python", {"code": "x = 6 * 7\nprint(x)"}),
                  _call("answer", {"answer": task["answer"]})]
 

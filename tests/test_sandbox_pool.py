@@ -105,7 +105,7 @@ def test_pool_grows_on_demand_up_to_max_size(config):
         held = [pool.acquire(timeout_s=30) for _ in range(3)]
         assert len({id(session) for session in held}) == 3
         assert pool.size == 3
-        with pytest.raises(SandboxStartError, match="at most 3\)"):
+        with pytest.raises(SandboxStartError, match=r"at most 3\)"):
             pool.acquire(timeout_s=0.5)
         for session in held:
             pool.release(session)
