@@ -90,6 +90,15 @@ learning-curve: $(DEMO)/eval-sft/report.json $(DEMO)/hand-sft/report.json
 	$(AGENT_RL) eval --model $(LC) $(HAND) --out $(LC)/hand
 	$(AGENT_RL) compare sft=$(DEMO)/hand-sft rl=$(LC)/hand --out $(LC)/hand-compare
 	$(AGENT_RL) plot $(LC)
+	@cp $(LC)/compare/compare.json docs/figures/learning_curve_compare.json
+	@cp $(LC)/compare/compare.md docs/figures/learning_curve_compare.md
+	@cp $(LC)/hand-compare/compare.json docs/figures/learning_curve_compare_handwritten.json
+	@cp $(LC)/hand-compare/compare.md docs/figures/learning_curve_compare_handwritten.md
+	@cp $(LC)/plots/blocks.json docs/figures/learning_curve_blocks.json
+	@cp $(LC)/summary.json docs/figures/learning_curve_summary.json
+	@cp $(LC)/ledger.json docs/figures/learning_curve_ledger.json
+	@cp $(LC)/metrics.jsonl docs/figures/learning_curve_metrics.jsonl
+	@for plot in $(LC)/plots/*.png; do cp $$plot docs/figures/learning_curve_$$(basename $$plot); done
 
 $(DEMO)/hand-sft/report.json: $(DEMO)/sft/done
 	$(AGENT_RL) eval --model $(DEMO)/sft $(HAND) --out $(DEMO)/hand-sft

@@ -14,6 +14,8 @@ END_TERMINATED = "terminated"
 END_TRUNCATED = "truncated"
 END_CONTEXT_BUDGET = "context_budget"
 END_ENV_ERROR = "env_error"  # the env or a tool raised: the episode has no verdict
+# `info` key: the first token index of each turn whose prompt older weights may have prefilled
+STALE_CONTEXT_TURNS = "stale_context_turns"
 
 
 @dataclass

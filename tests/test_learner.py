@@ -10,7 +10,7 @@ import torch
 
 from agent_rl.learn.advantages import group_advantages
 from agent_rl.learn.checkpoint import load_checkpoint, save_checkpoint
-from agent_rl.learn.learner import Learner, LearnerConfig, LearnerError
+from agent_rl.learn.learner import Learner, LearnerConfig, LearnerError, Sample
 from agent_rl.orchestrate.ledger import Ledger
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import Group, Trajectory
@@ -225,3 +225,36 @@ def test_lag0_tokens_exclude_turns_an_update_landed_in() -> None:
     assert same_weights_tokens(positions, versions, 2).tolist() == [False] * 3 + [True] * 3
     assert same_weights_tokens(positions, versions, 1).tolist() == [True] + [False] * 5
     assert not same_weights_tokens(positions, versions, 3).any()
+    # The rollout saw the update land between the second turn's submission and its first token.
+    assert not same_weights_tokens(positions, versions, 2, stale_turn_starts=[9]).any()
+    assert same_weights_tokens(positions, versions, 2, stale_turn_starts=[3]).tolist() == (
+        [False] * 3 + [True] * 3)
+
+
+def test_stale_context_turns_reach_the_sample_as_logprob_positions(tiny_model: Path) -> None:
+    from agent_rl.trajectory import STALE_CONTEXT_TURNS
+
+    learner = _learner(tiny_model)
+    trajectory = _trajectory(learner, random.Random(0), 1.0)
+    trajectory.info[STALE_CONTEXT_TURNS] = [20]  # the second model turn starts at token 20
+    sample = Sample.from_trajectory(trajectory, 1.0)
+    assert sample.stale_turn_starts == (19,)
+    positions = sample.model_positions.tolist()
+    assert 19 in positions and 18 not in positions  # a turn's first position
+
+
+def test_warmup_ramps_the_learning_rate_and_scales_the_first_steps(tiny_model: Path) -> None:
+    plain, warm = _learner(tiny_model), _learner(tiny_model, warmup_updates=4)
+    start = [p.detach().clone() for p in plain.parameters]
+    groups = _groups(plain)
+    plain.train_step(groups)
+    rates = [warm.train_step(groups)["losses/lr"] for _ in range(5)]
+    assert rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+
+    once = _learner(tiny_model, warmup_updates=4)
+    once.train_step(groups)
+    plain_step = torch.cat([(p.detach() - s).flatten() for p, s in zip(plain.parameters, start, strict=True)])
+    warm_step = torch.cat([(p.detach() - s).flatten() for p, s in zip(once.parameters, start, strict=True)])
+    # Adam's first step is lr times a gradient-free direction: a quarter of the rate, a quarter of the step.
+    moved = plain_step.abs() > 1e-6
+    assert torch.allclose(warm_step[moved], plain_step[moved] / 4, rtol=1e-2, atol=1e-7)

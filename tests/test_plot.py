@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_rl.diagnostics.plot import plot_run, reward_blocks
+from agent_rl.diagnostics.plot import learning_summary, plot_run, reward_blocks
 
 
 def _records() -> list[dict]:
@@ -36,3 +36,17 @@ def test_plot_run_writes_the_reward_chart_with_a_running_mean(tmp_path: Path) ->
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     written = plot_run(tmp_path)
     assert [p.name for p in written] == ["reward.png"] and written[0].stat().st_size > 0
+
+
+def test_learning_summary_sets_the_last_fifth_of_updates_against_the_first() -> None:
+    records = _records() * 5  # 20 updates: the first fifth is updates 1-4, the last 17-20
+    records[-1] = {**records[-1], "is/lag0_max_abs_log": 0.0, "is/lag0_tokens": 9}
+    summary = learning_summary(records, block=10)
+    assert summary["updates"] == 20 and summary["block"] == 4
+    assert summary["reward_first20"] == pytest.approx(5 / 10)
+    assert summary["reward_last20"] == pytest.approx(5 / 10) and summary["ratio"] == pytest.approx(1)
+    assert summary["is_max_over_median_max"] == pytest.approx(1.6)
+    assert summary["updates_is_over_1.5"] == 5 and summary["lag_max"] == 3
+    assert summary["lag0_max_abs_log_max"] == 0.0 and summary["updates_with_lag0_tokens"] == 1
+    assert summary["tool_use_share_first20"] is None
+    assert len(summary["reward_per_block"]) == 2

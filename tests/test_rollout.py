@@ -212,6 +212,28 @@ def test_weight_versions_must_grow(session: Session) -> None:
         session.run(session.actor.update_weights(session.actor.policy_version, {}))
 
 
+def test_requests_submitted_during_a_weight_load_share_no_prefix_cache(session: Session) -> None:
+    actor = session.actor
+    version = actor.policy_version + 1
+    prompt = session.tokenizer("Salted while loading:", add_special_tokens=False)["input_ids"]
+
+    async def scenario() -> tuple[str, str, Any, str]:
+        update = asyncio.ensure_future(
+            actor.update_weights(version, perturbed_weights(session.model_dir, 0.01))
+        )
+        await asyncio.sleep(0)  # the update runs to its first wait: the engine's pause
+        during = actor.cache_salt("r1")
+        turn = asyncio.ensure_future(actor.sample(prompt, 8, seed=5))
+        await update
+        return during, actor.cache_salt("r1"), await turn, actor.cache_salt("r2")
+
+    during, after, turn, other = session.run(scenario())
+    assert during == "loading-r1"
+    assert after == other == f"policy-{version}"
+    assert turn.versions == sorted(turn.versions) and turn.versions[-1] <= version
+    assert not turn.fresh_context  # left out of the learner's kernel-mismatch metric
+
+
 def test_group_carries_the_callers_id_and_its_sampling_version(session: Session) -> None:
     actor = session.actor
     group = session.run(actor.generate_group({"task_id": "lag", "turns": 1}, 1,

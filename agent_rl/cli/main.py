@@ -7,6 +7,7 @@ the commands so that `agent-rl --help` stays instant.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -292,14 +293,19 @@ def plot_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
     block: Annotated[int, typer.Option(min=1, help="Updates per row of the reward table.")] = 10,
 ) -> None:
-    """Write PNG curves (reward, IS weights, KL, grad norm, lag) and print reward per block."""
+    """Write PNG curves (reward, IS weights, KL, grad norm, lag), the learning summary
+    (plots/blocks.json) and print reward per block."""
     from rich.table import Table
 
-    from agent_rl.diagnostics.plot import plot_run, reward_blocks
+    from agent_rl.diagnostics.plot import learning_summary, plot_run, reward_blocks
     from agent_rl.metrics import read_metrics
 
     for path in plot_run(run_dir):
         console.print(f"wrote {path}")
+    summary_path = run_dir / "plots" / "blocks.json"
+    summary = learning_summary(read_metrics(run_dir), block)
+    summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    console.print(f"wrote {summary_path}")
     table = Table("updates", "responses", "reward mean", "flat/groups", "IS max",
                   "IS max/median", "lag max")
 

@@ -56,6 +56,49 @@ def reward_blocks(records: list[dict], block: int) -> list[dict]:
     return rows
 
 
+def _response_weighted_reward(records: list[dict]) -> float | None:
+    responses = sum(r.get("charts/responses", 1) for r in records)
+    total = sum(r["charts/reward_mean"] * r.get("charts/responses", 1) for r in records)
+    return total / responses if responses else None
+
+
+def _peak(records: list[dict], key: str) -> float | None:
+    return max((r[key] for r in records if key in r), default=None)
+
+
+def learning_summary(records: list[dict], block: int) -> dict:
+    """The learning run's figures: training reward over the first and last fifth of updates (the
+    issue's ratio), the IS weight max/median at its worst, and lag, KL and the kernel term at
+    theirs, beside the reward per block; `agent-rl plot` writes it as `plots/blocks.json`."""
+    updates = [r for r in records if "charts/reward_mean" in r]
+    fifth = max(1, len(updates) // 5)
+    first = _response_weighted_reward(updates[:fifth])
+    last = _response_weighted_reward(updates[-fifth:])
+    ratios = sorted(r["is/max_over_median"] for r in updates if "is/max_over_median" in r)
+    return {
+        "updates": len(updates),
+        "block": fifth,
+        "reward_first20": first,
+        "reward_last20": last,
+        "ratio": last / first if first and last is not None else None,
+        "is_max_over_median_max": ratios[-1] if ratios else None,
+        "is_max_over_median_median": ratios[len(ratios) // 2] if ratios else None,
+        "updates_is_over_1.5": sum(1 for ratio in ratios if ratio > 1.5),
+        "lag_max": _peak(updates, "lag/max"),
+        "kl_k3_max": _peak(updates, "is/kl_k3"),
+        "lag0_max_abs_log_max": _peak(updates, "is/lag0_max_abs_log"),
+        "updates_with_lag0_tokens": sum(1 for r in updates if r.get("is/lag0_tokens")),
+        "tool_use_share_first20": _mean(updates[:fifth], "charts/tool_use_share"),
+        "tool_use_share_last20": _mean(updates[-fifth:], "charts/tool_use_share"),
+        "reward_per_block": [round(row["reward_mean"], 3) for row in reward_blocks(records, block)],
+    }
+
+
+def _mean(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if key in r]
+    return sum(values) / len(values) if values else None
+
+
 def _running_mean(points: list[tuple[int, float]], weights: list[float], window: int
                   ) -> list[tuple[int, float]]:
     out = []

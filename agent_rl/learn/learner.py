@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,7 +27,7 @@ from pydantic import Field
 from agent_rl.config import StrictModel
 from agent_rl.learn.advantages import group_advantages, has_reward_variance
 from agent_rl.learn.loss import LossConfig, k3_kl, response_loss
-from agent_rl.trajectory import Group, Trajectory
+from agent_rl.trajectory import STALE_CONTEXT_TURNS, Group, Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ class LearnerConfig(StrictModel):
     temperature and seed are the run's and are given to `Learner` beside this."""
 
     lr: float = Field(1e-6, gt=0, description="AdamW learning rate")
+    warmup_updates: int = Field(
+        0, ge=0, description="ramp the learning rate linearly up to lr over this many updates"
+    )
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay")
     adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
@@ -148,6 +151,7 @@ class Sample:
     policy_versions: torch.Tensor  # (N,) the policy version that sampled each token
     advantage: float
     needs_grad: bool = True  # False: forwarded for the IS/KL metrics only (a flat group)
+    stale_turn_starts: tuple[int, ...] = ()  # model positions where a stale-context turn begins
     group: int = -1  # index of its group in the update: responses to one prompt share a prefix
 
     @classmethod
@@ -173,6 +177,9 @@ class Sample:
             ],
             policy_versions=versions,
             advantage=advantage,
+            stale_turn_starts=tuple(
+                index - 1 for index in trajectory.info.get(STALE_CONTEXT_TURNS, ())
+            ),
         )
 
     @property
@@ -238,6 +245,7 @@ class Learner:
         """One optimizer update on `groups`; returns the update's metrics."""
         start = time.perf_counter()
         metrics = self.accumulate_gradients(groups)
+        metrics["losses/lr"] = self.learning_rate()
         metrics["losses/grad_norm"] = self.apply_gradients()
         elapsed = time.perf_counter() - start
         metrics["perf/learner_step_s"] = elapsed
@@ -303,7 +311,8 @@ class Learner:
                     b_weights.append(torch.exp(learner_logprobs - sample.behavior_logprobs))
                     b_kl.append(k3_kl(learner_logprobs, sample.behavior_logprobs))
                     b_fresh.append(same_weights_tokens(sample.model_positions,
-                                                       sample.policy_versions, trained_at))
+                                                       sample.policy_versions, trained_at,
+                                                       sample.stale_turn_starts))
                 forward_tokens += sample.num_tokens
             # Every response counts 1/num_responses, flat groups included, so the loss is the
             # mean over all responses of the update however they were split into micro-batches.
@@ -377,10 +386,19 @@ class Learner:
         """Clip (if set), take the optimizer step and bump the version; returns the pre-clip
         gradient norm."""
         norm = self._clip_gradients()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
         return norm
+
+    def learning_rate(self) -> float:
+        """The rate of the next update. Adam's first steps move every weight by about lr
+        whatever the gradient's size, so without a warm-up the first updates shift token
+        probabilities most, and the IS weights of tokens sampled just before them swing widest."""
+        warmup = self.config.warmup_updates
+        return self.config.lr * min(1.0, (self.version + 1) / warmup) if warmup else self.config.lr
 
     def _clip_gradients(self) -> float:
         """The pre-clip global gradient norm; clips only when max_grad_norm is set."""
@@ -424,19 +442,23 @@ def learner_device(name: str) -> torch.device:
 
 
 def same_weights_tokens(positions: torch.Tensor, versions: torch.Tensor,
-                        version: int) -> torch.Tensor:
+                        version: int, stale_turn_starts: Sequence[int] = ()) -> torch.Tensor:
     """The model tokens sampled with weights `version` in a turn that began with them.
 
     A weight update lands while turns are in flight: the turn goes on with the new weights, and
     its later tokens carry the new version, but its context's KV was computed by the older
     ones, so the learner's fresh forward differs from them by the weight change, not by the
     kernels. A turn is a run of consecutive model positions; requests are salted by version,
-    so a turn that began on `version` computed its whole context with it.
+    so a turn that began on `version` computed its whole context with it, unless its prefill
+    began before the update landed: the rollout names those turns (`stale_turn_starts`).
     """
     starts = torch.ones_like(positions, dtype=torch.bool)
     starts[1:] = positions[1:] != positions[:-1] + 1
-    turn_first_version = versions[starts][starts.long().cumsum(0) - 1]
-    return (versions == version) & (turn_first_version == version)
+    turn_index = starts.long().cumsum(0) - 1
+    turn_ok = versions[starts] == version
+    if stale_turn_starts:
+        turn_ok &= ~torch.isin(positions[starts], torch.tensor(stale_turn_starts))
+    return (versions == version) & turn_ok[turn_index]
 
 
 def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor],

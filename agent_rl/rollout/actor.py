@@ -91,7 +91,7 @@ class RolloutActor:
         self.name = name
         self._env_factory = env_factory or self._make_gymnasium_env
         self._policy_version = initial_version
-        self._cache_version = initial_version  # salts prefix-cache keys (see `sample`)
+        self._loading = False  # a weight load is under way (see `cache_salt`)
         self._update_lock = asyncio.Lock()
         self._group_serial = itertools.count()
         self._env_threads = EnvThreads(self.config.env_threads)
@@ -162,16 +162,27 @@ class RolloutActor:
                     f"weight version {version} is not newer than the actor's {self._policy_version}"
                     "; versions must grow with every update"
                 )
-            # A request submitted from here on is computed with the new weights: its prefix
-            # must not hit KV cached under the old ones.
-            old, self._cache_version = self._cache_version, version
+            self._loading = True
             try:
                 timing = await update_engine_weights(self._engine, version, weights)
-            except BaseException:
-                self._cache_version = old
-                raise
-            self._policy_version = version
+                # No await between the engine's resume and here: a request submitted after the
+                # load sees the new version and salt, one submitted during it a private salt.
+                self._policy_version = version
+            finally:
+                self._loading = False
         return timing
+
+    def cache_salt(self, request_id: str) -> str:
+        """The prefix-cache key a request submitted now shares KV under.
+
+        Requests of one weight version share KV. A request submitted while weights load may be
+        prefilled by either version, so it shares with nobody: under a version's salt its old-weight
+        KV would serve that version's later requests, whose tokens the learner then scores with
+        context it never computed (the nonzero `is/lag0_max_abs_log` of the main job).
+        """
+        if self._loading:
+            return f"loading-{request_id}"
+        return f"policy-{self._policy_version}"
 
     async def generate_group(
         self, task: dict[str, Any] | None, group_size: int | None = None,
@@ -222,11 +233,12 @@ class RolloutActor:
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
         prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
+        request_id = self._request_id()
+        submitted = None if self._loading else self._policy_version
         if self.engine_config.enable_prefix_caching:
-            # Salted by version: a request only reuses KV computed with the weights it starts on.
-            prompt["cache_salt"] = f"policy-{self._cache_version}"
+            prompt["cache_salt"] = self.cache_salt(request_id)
         final = None
-        async for output in self._engine.generate(prompt, params, request_id=self._request_id()):
+        async for output in self._engine.generate(prompt, params, request_id=request_id):
             final = output
         assert final is not None
         completion = final.outputs[0]
@@ -237,8 +249,9 @@ class RolloutActor:
         stop_token = token_ids[-1] if completion.finish_reason == "stop" and token_ids else None
         if isinstance(completion.stop_reason, str):
             stop_token = None
+        fresh = submitted is not None and (not versions or versions[0] == submitted)
         return SampledTurn(
-            token_ids, logprobs, versions, completion.finish_reason or "length", stop_token
+            token_ids, logprobs, versions, completion.finish_reason or "length", stop_token, fresh
         )
 
     async def prompt_logprobs(

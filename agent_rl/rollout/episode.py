@@ -22,6 +22,7 @@ from agent_rl.trajectory import (
     END_ENV_ERROR,
     END_TERMINATED,
     END_TRUNCATED,
+    STALE_CONTEXT_TURNS,
     Trajectory,
 )
 from envs.tools import ANSWER_TOOL_NAME
@@ -40,6 +41,10 @@ class SampledTurn:
     versions: list[int]
     finish_reason: str
     stop_token: int | None
+    # False when the prompt may have been prefilled by older weights than its first token's
+    # (a weight load landed between submission and sampling): the learner then leaves the turn
+    # out of its kernel-mismatch metric, since its context's KV is not its tokens' version's.
+    fresh_context: bool = True
 
 
 # (episode ids so far, tokens of room left, turn seed) -> the sampled turn
@@ -167,6 +172,8 @@ class EpisodeRecord:
         self.policy_versions.extend([-1] * len(token_ids))
 
     def append_sampled(self, turn: SampledTurn) -> None:
+        if not turn.fresh_context and turn.token_ids:
+            self.info.setdefault(STALE_CONTEXT_TURNS, []).append(len(self.token_ids))
         self.token_ids.extend(turn.token_ids)
         self.loss_mask.extend([1] * len(turn.token_ids))
         self.behavior_logprobs.extend(turn.logprobs)
