@@ -30,6 +30,12 @@ class EnvConfig(StrictModel):
         "or trace:FILE.json (envs.latency); None: the env's own speed",
     )
 
+    format_penalty: float = Field(
+        0.0, ge=0, description="training reward charged for each turn that runs no tool and "
+        "gives no answer (a malformed or cut-off call); evaluation never charges it "
+        "(envs.format_penalty)",
+    )
+
     @field_validator("step_latency")
     @classmethod
     def _readable_latency(cls, spec: str | None) -> str | None:
@@ -44,6 +50,8 @@ class EnvConfig(StrictModel):
         kwargs: dict[str, Any] = {"split": split, **self.kwargs}
         if self.step_latency is not None:
             kwargs["step_latency"] = self.step_latency
+        if self.format_penalty and split == self.split:
+            kwargs["format_penalty"] = self.format_penalty
         if self.sandbox_timeout_s is not None:
             from sandbox import SandboxConfig
 

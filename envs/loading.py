@@ -23,6 +23,7 @@ import gymnasium
 
 from envs import registration  # noqa: F401 - registers the agent_rl/* environment ids
 from envs.errors import EnvsError
+from envs.format_penalty import FormatPenalty
 from envs.latency import StepLatency
 
 SPLITS = ("train", "heldout")
@@ -71,12 +72,16 @@ def resolve_env_id(env_id: str) -> str:
     return name
 
 
-def make_env(env_id: str, *, step_latency: str | None = None, **kwargs: Any) -> gymnasium.Env:
+def make_env(env_id: str, *, step_latency: str | None = None, format_penalty: float = 0.0,
+             **kwargs: Any) -> gymnasium.Env:
     """`gymnasium.make` for a registered id or `module:id`; a wrong keyword is a clear error.
-    `step_latency` (see `envs.latency`) makes every step wait that long."""
+    `step_latency` (see `envs.latency`) makes every step wait that long; `format_penalty` (see
+    `envs.format_penalty`) charges each turn that runs no tool."""
     name = resolve_env_id(env_id)
     try:
         env = gymnasium.make(name, **kwargs)
+        if format_penalty:
+            env = FormatPenalty(env, format_penalty)
         return StepLatency(env, step_latency) if step_latency else env
     except TypeError as error:
         if "unexpected keyword argument" not in str(error):

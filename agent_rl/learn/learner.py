@@ -518,6 +518,10 @@ def group_metrics(groups: list[Group]) -> dict[str, float]:
         / len(trajectories),
         "charts/tool_use_share": sum(t.info.get("tool_calls_total", 0) > 0 for t in trajectories)
         / len(trajectories),
+        # what a format penalty (envs.format_penalty) took off the reward: reward_mean plus this
+        # is the task's own reward
+        "charts/format_penalty_mean": sum(t.info.get("format_penalty_total", 0.0)
+                                          for t in trajectories) / len(trajectories),
         # what an env latency profile (envs.latency) made each episode wait, in all
         "perf/env_latency_s_mean": sum(t.info.get("env_latency_total_s", 0.0)
                                        for t in trajectories) / len(trajectories),

@@ -131,8 +131,7 @@ async def _step(sample_turn: SampleTurn, env_threads: EnvThreads, env: Any,
         text = tokens.add_assistant(turn.token_ids, turn.stop_token)
         env_messages, reward, terminated, truncated, info = await env_threads.call(env.step, text)
         episode.reward += float(reward)
-        tool_calls = episode.info.get("tool_calls_total", 0) + _tool_calls(info)
-        episode.info = {**_public_info(info), "tool_calls_total": tool_calls}
+        episode.adopt_step_info(info)
         if terminated or truncated:
             episode.end_reason = END_TERMINATED if terminated else END_TRUNCATED
             return
@@ -159,6 +158,15 @@ class EpisodeRecord:
         self.num_turns = 0
         self.end_reason = END_ENV_ERROR
         self.info: dict[str, Any] = {}
+        self.tool_calls = 0
+        self.format_penalty = 0.0
+        self.stale_turn_starts: list[int] = []
+
+    def adopt_step_info(self, info: dict[str, Any]) -> None:
+        """The last step's info, plus the episode's totals (which the last step alone lacks)."""
+        self.tool_calls += _tool_calls(info)
+        self.format_penalty += float(info.get("format_penalty", 0.0))
+        self.info = _public_info(info)
 
     def adopt_reset_info(self, info: dict[str, Any]) -> None:
         self.task_id = str(info.get("task_id", self.task_id))
@@ -173,12 +181,20 @@ class EpisodeRecord:
 
     def append_sampled(self, turn: SampledTurn) -> None:
         if not turn.fresh_context and turn.token_ids:
-            self.info.setdefault(STALE_CONTEXT_TURNS, []).append(len(self.token_ids))
+            self.stale_turn_starts.append(len(self.token_ids))
         self.token_ids.extend(turn.token_ids)
         self.loss_mask.extend([1] * len(turn.token_ids))
         self.behavior_logprobs.extend(turn.logprobs)
         self.policy_versions.extend(turn.versions)
         self.num_turns += 1
+
+    def trajectory_info(self) -> dict[str, Any]:
+        info = {**self.info, "tool_calls_total": self.tool_calls}
+        if self.format_penalty:
+            info["format_penalty_total"] = self.format_penalty
+        if self.stale_turn_starts:
+            info[STALE_CONTEXT_TURNS] = list(self.stale_turn_starts)
+        return info
 
     def to_trajectory(self, group_id: str, sampling: dict[str, Any]) -> Trajectory:
         return Trajectory(
@@ -192,7 +208,7 @@ class EpisodeRecord:
             num_turns=self.num_turns,
             end_reason=self.end_reason,
             category=self.category,
-            info=self.info,
+            info=self.trajectory_info(),
             sampling=sampling,
         )
 
