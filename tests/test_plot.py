@@ -27,6 +27,14 @@ def test_reward_blocks_weight_each_response_once_and_keep_the_worst_corrections(
     assert [(r["groups"], r["flat_groups"], r["lag_max"]) for r in rows] == [(3, 1, 1), (2, 0, 3)]
     assert rows[0]["is_max"] == pytest.approx(1.1)
     assert rows[1]["is_max_over_median"] == pytest.approx(1.6)
+    assert [r["task_reward_mean"] for r in rows] == [r["reward_mean"] for r in rows]
+
+
+def test_task_reward_adds_back_the_format_penalty() -> None:
+    records = [{**r, "charts/format_penalty_mean": 0.25} for r in _records()]
+    rows = reward_blocks(records, block=2)
+    assert rows[0]["task_reward_mean"] == pytest.approx(2 / 6 + 0.25)
+    assert learning_summary(records, block=4)["task_reward_per_block"] == [0.75]
 
 
 def test_plot_run_writes_the_reward_chart_with_a_running_mean(tmp_path: Path) -> None:

@@ -306,7 +306,7 @@ def plot_command(
     summary = learning_summary(read_metrics(run_dir), block)
     summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     console.print(f"wrote {summary_path}")
-    table = Table("updates", "responses", "reward mean", "flat/groups", "IS max",
+    table = Table("updates", "responses", "reward mean", "task reward", "flat/groups", "IS max",
                   "IS max/median", "lag max")
 
     def cell(value: float | None, spec: str) -> str:
@@ -314,7 +314,8 @@ def plot_command(
 
     for row in reward_blocks(read_metrics(run_dir), block):
         table.add_row(f"{row['first']}-{row['last']}", str(row["responses"]),
-                      f"{row['reward_mean']:.3f}", f"{row['flat_groups']}/{row['groups']}",
+                      f"{row['reward_mean']:.3f}", f"{row['task_reward_mean']:.3f}",
+                      f"{row['flat_groups']}/{row['groups']}",
                       cell(row["is_max"], ".3f"), cell(row["is_max_over_median"], ".3f"),
                       cell(row["lag_max"], "d"))
     console.print(table)

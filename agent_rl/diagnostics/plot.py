@@ -33,7 +33,8 @@ def reward_blocks(records: list[dict], block: int) -> list[dict]:
     One update's own reward is noisy (a few groups); a block mean is what says whether training
     raised the reward. Dynamic sampling's flat groups are in `charts/responses` too, so a block
     covers every response generated in it. The IS and lag columns say whether the rise came
-    with bounded corrections.
+    with bounded corrections. `task_reward_mean` adds back what a format penalty
+    (`charts/format_penalty_mean`) took: the task's own reward, which evaluation scores.
     """
     rows = []
     for start in range(0, len(records), block):
@@ -42,9 +43,12 @@ def reward_blocks(records: list[dict], block: int) -> list[dict]:
         if not chunk or not responses:
             continue
         total = sum(r["charts/reward_mean"] * r.get("charts/responses", 1) for r in chunk)
+        charged = sum(r.get("charts/format_penalty_mean", 0.0) * r.get("charts/responses", 1)
+                      for r in chunk)
         rows.append({
             "first": chunk[0]["step"], "last": chunk[-1]["step"], "responses": responses,
             "reward_mean": total / responses,
+            "task_reward_mean": (total + charged) / responses,
             "groups": sum(r.get("charts/groups", 0) for r in chunk),
             "flat_groups": sum(r.get("charts/zero_variance_groups", 0) for r in chunk),
             "is_max": max((r["is/max"] for r in chunk if "is/max" in r), default=None),
@@ -75,6 +79,7 @@ def learning_summary(records: list[dict], block: int) -> dict:
     first = _response_weighted_reward(updates[:fifth])
     last = _response_weighted_reward(updates[-fifth:])
     ratios = sorted(r["is/max_over_median"] for r in updates if "is/max_over_median" in r)
+    blocks = reward_blocks(records, block)
     return {
         "updates": len(updates),
         "block": fifth,
@@ -90,7 +95,8 @@ def learning_summary(records: list[dict], block: int) -> dict:
         "updates_with_lag0_tokens": sum(1 for r in updates if r.get("is/lag0_tokens")),
         "tool_use_share_first20": _mean(updates[:fifth], "charts/tool_use_share"),
         "tool_use_share_last20": _mean(updates[-fifth:], "charts/tool_use_share"),
-        "reward_per_block": [round(row["reward_mean"], 3) for row in reward_blocks(records, block)],
+        "reward_per_block": [round(row["reward_mean"], 3) for row in blocks],
+        "task_reward_per_block": [round(row["task_reward_mean"], 3) for row in blocks],
     }
 
 
