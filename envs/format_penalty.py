@@ -15,6 +15,8 @@ from typing import Any
 
 import gymnasium
 
+from envs.tool_env import ToolEnv
+
 
 def acted(info: dict[str, Any]) -> bool:
     """Whether a step ran at least one tool or gave a final answer (`ToolEnv`'s step info)."""
@@ -28,6 +30,10 @@ class FormatPenalty(gymnasium.Wrapper):
     def __init__(self, env: gymnasium.Env, penalty: float) -> None:
         if penalty < 0:
             raise ValueError(f"format_penalty must be at least 0, got {penalty}")
+        if not isinstance(env.unwrapped, ToolEnv):
+            raise ValueError(
+                f"format_penalty reads a ToolEnv's step info (which tools ran); "
+                f"{type(env.unwrapped).__name__} is not a ToolEnv, so every step would be charged")
         super().__init__(env)
         self.penalty = penalty
 

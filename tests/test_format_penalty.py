@@ -7,6 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import gymnasium
 import pytest
 from transformers import AutoTokenizer
 
@@ -46,10 +47,12 @@ def test_turns_that_run_no_tool_are_charged_and_the_rest_are_not():
     assert (reward, terminated, info["format_penalty"]) == (1.0, True, 0.0)
 
 
-def test_no_penalty_leaves_the_env_unwrapped_and_a_negative_one_is_refused():
+def test_no_penalty_leaves_the_env_unwrapped_and_a_bad_one_is_refused():
     assert not isinstance(make_env(ENV, split="train"), FormatPenalty)
     with pytest.raises(ValueError, match="at least 0"):
         FormatPenalty(make_env(ENV, split="train"), -0.1)
+    with pytest.raises(ValueError, match="not a ToolEnv"):
+        FormatPenalty(gymnasium.make("CartPole-v1"), 0.1)
 
 
 def test_only_the_training_split_is_charged():
