@@ -65,6 +65,8 @@ $(DEMO)/compare.md: $(DEMO)/eval-base/report.json $(DEMO)/eval-sft/report.json $
 	@mkdir -p docs/figures && cp $(DEMO)/compare.json docs/figures/demo_compare.json
 	@cp $(DEMO)/compare.md docs/figures/demo_compare.md
 	@cp $(DEMO)/run/ledger.json docs/figures/demo_ledger.json
+	$(AGENT_RL) plot $(DEMO)/run --block 6
+	@cp $(DEMO)/run/plots/blocks.json docs/figures/demo_blocks.json
 	@for plot in $(DEMO)/run/plots/*.png; do cp $$plot docs/figures/demo_$$(basename $$plot); done
 
 # The same three models on tasks written by hand, phrased unlike the generator's.
