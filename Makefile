@@ -8,7 +8,7 @@ ACCEL := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 STAMP := $(VENV)/.installed-$(ACCEL)
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-handwritten learning-curve test lint clean
+.PHONY: install demo demo-handwritten learning-curve test lint docs clean
 
 install: $(STAMP)
 
@@ -110,6 +110,10 @@ test: install
 
 lint: install
 	$(VENV)/bin/ruff check .
+
+# The documentation site, built strictly (a broken link or a page missing from the nav fails).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) .pytest_cache
