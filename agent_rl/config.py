@@ -3,6 +3,11 @@
 Configs are data: every knob lives in a pydantic model with a default, a type and a description.
 This module only turns a file into such a model and turns validation failures into one sentence a
 person can act on (the bad key, the nearest valid one, the value seen and what was expected).
+
+A config may extend another: `base: demo.yaml` (a path relative to the config's own folder) reads
+that file first and lays this one's keys over it, mappings merged key by key and any other value
+replaced (`deep_merge`). A base may have a base of its own; a cycle or a missing file is an error
+naming the files.
 """
 
 from __future__ import annotations
@@ -29,9 +34,65 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+# The key by which a config names the config it extends.
+BASE_KEY = "base"
+
+
 def load_config(path: str | Path, model: type[ModelT], overrides: dict[str, Any] | None = None) -> ModelT:
-    """Read a YAML file into `model`, applying dotted `overrides` ({"learner.lr": 1e-5}) on top."""
+    """Read a YAML file (and the `base:` chain it extends) into `model`, applying dotted
+    `overrides` ({"learner.lr": 1e-5}) on top."""
     path = Path(path)
+    data, bases = read_config_data(path)
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    source = f"{path} (base: {' <- '.join(str(base) for base in bases)})" if bases else str(path)
+    return validate_config(data, model, source=source, overridden=set(overrides or {}))
+
+
+def read_config_data(path: str | Path) -> tuple[dict[str, Any], list[Path]]:
+    """The mapping a YAML config file holds with its `base:` chain merged in, and the base files
+    read, nearest first."""
+    chain = [Path(path)]
+    data = _read_mapping(chain[0])
+    layers = [data]
+    while BASE_KEY in data:
+        base = data.pop(BASE_KEY)
+        if not isinstance(base, str) or not base.strip():
+            raise ConfigError(
+                f"{chain[-1]}: base = {base!r} is invalid: it must name another config file, "
+                "relative to this one's folder (e.g. base: demo.yaml)"
+            )
+        base_path = chain[-1].parent / base
+        if not base_path.exists():
+            raise ConfigError(
+                f"{chain[-1]}: base: {base} does not exist (looked for {base_path}); the path "
+                "is relative to the folder of the config that names it"
+            )
+        if any(base_path.resolve() == seen.resolve() for seen in chain):
+            cycle = " -> ".join(str(step) for step in [*chain, base_path])
+            raise ConfigError(f"{chain[0]}: its base: chain runs in a cycle: {cycle}")
+        chain.append(base_path)
+        data = _read_mapping(base_path)
+        layers.append(data)
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged = deep_merge(merged, layer)
+    return merged, chain[1:]
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` laid over `base`: where both hold a mapping under a key they merge key by key;
+    any other value of `override` replaces the base's. Neither argument is changed."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
@@ -41,9 +102,7 @@ def load_config(path: str | Path, model: type[ModelT], overrides: dict[str, Any]
         raise ConfigError(f"{path} is not valid YAML: {err}") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of keys to values, got {type(data).__name__}")
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value)
-    return validate_config(data, model, source=str(path), overridden=set(overrides or {}))
+    return data
 
 
 def validate_config(data: dict[str, Any], model: type[ModelT], source: str = "config",
