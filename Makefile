@@ -8,7 +8,7 @@ ACCEL := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 STAMP := $(VENV)/.installed-$(ACCEL)
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-handwritten learning-curve test lint docs clean
+.PHONY: install demo demo-handwritten learning-curve publish-demo publish-learning-curve test lint docs clean
 
 install: $(STAMP)
 
@@ -61,13 +61,8 @@ $(DEMO)/eval-rl/report.json: $(DEMO)/run/ledger.json
 	$(AGENT_RL) eval --model $(DEMO)/run $(DEMO_EVAL) --out $(DEMO)/eval-rl
 
 $(DEMO)/compare.md: $(DEMO)/eval-base/report.json $(DEMO)/eval-sft/report.json $(DEMO)/eval-rl/report.json
-	$(AGENT_RL) compare base=$(DEMO)/eval-base sft=$(DEMO)/eval-sft rl=$(DEMO)/eval-rl --out $(DEMO)
-	@mkdir -p docs/figures && cp $(DEMO)/compare.json docs/figures/demo_compare.json
-	@cp $(DEMO)/compare.md docs/figures/demo_compare.md
-	@cp $(DEMO)/run/ledger.json docs/figures/demo_ledger.json
 	$(AGENT_RL) plot $(DEMO)/run --block 6
-	@cp $(DEMO)/run/plots/blocks.json docs/figures/demo_blocks.json
-	@for plot in $(DEMO)/run/plots/*.png; do cp $$plot docs/figures/demo_$$(basename $$plot); done
+	$(AGENT_RL) compare base=$(DEMO)/eval-base sft=$(DEMO)/eval-sft rl=$(DEMO)/eval-rl --out $(DEMO)
 
 # The same three models on tasks written by hand, phrased unlike the generator's.
 HAND := --tasks envs/tasks/handwritten/heldout.jsonl --k 1 --concurrency 64 --max-tokens-per-turn 160 --max-turns 4
@@ -77,8 +72,6 @@ demo-handwritten: $(DEMO)/compare.md
 	$(AGENT_RL) eval --model $(DEMO)/sft $(HAND) --out $(DEMO)/hand-sft
 	$(AGENT_RL) eval --model $(DEMO)/run $(HAND) --out $(DEMO)/hand-rl
 	$(AGENT_RL) compare base=$(DEMO)/hand-base sft=$(DEMO)/hand-sft rl=$(DEMO)/hand-rl --out $(DEMO)/hand
-	@cp $(DEMO)/hand/compare.json docs/figures/demo_compare_handwritten.json
-	@cp $(DEMO)/hand/compare.md docs/figures/demo_compare_handwritten.md
 
 # The learning run (#20): the main job's RL from the same SFT checkpoint for an hour, evaluated on
 # the main job's held-out tasks and the hand-written ones, each set against the SFT model; curves in
@@ -92,18 +85,39 @@ learning-curve: $(DEMO)/eval-sft/report.json $(DEMO)/hand-sft/report.json
 	$(AGENT_RL) eval --model $(LC) $(HAND) --out $(LC)/hand
 	$(AGENT_RL) compare sft=$(DEMO)/hand-sft rl=$(LC)/hand --out $(LC)/hand-compare
 	$(AGENT_RL) plot $(LC)
-	@cp $(LC)/compare/compare.json docs/figures/learning_curve_compare.json
-	@cp $(LC)/compare/compare.md docs/figures/learning_curve_compare.md
-	@cp $(LC)/hand-compare/compare.json docs/figures/learning_curve_compare_handwritten.json
-	@cp $(LC)/hand-compare/compare.md docs/figures/learning_curve_compare_handwritten.md
-	@cp $(LC)/plots/blocks.json docs/figures/learning_curve_blocks.json
-	@cp $(LC)/summary.json docs/figures/learning_curve_summary.json
-	@cp $(LC)/ledger.json docs/figures/learning_curve_ledger.json
-	@cp $(LC)/metrics.jsonl docs/figures/learning_curve_metrics.jsonl
-	@for plot in $(LC)/plots/*.png; do cp $$plot docs/figures/learning_curve_$$(basename $$plot); done
 
 $(DEMO)/hand-sft/report.json: $(DEMO)/sft/done
 	$(AGENT_RL) eval --model $(DEMO)/sft $(HAND) --out $(DEMO)/hand-sft
+
+# The runs above write only under runs/. These copy a finished run's figures into docs/figures/,
+# the ones docs/results.md cites, on purpose; they never start a run.
+FIGURES := docs/figures
+
+publish-demo:
+	@test -f $(DEMO)/compare.md || { echo "no finished main job in $(DEMO): run make demo first"; exit 1; }
+	@mkdir -p $(FIGURES)
+	cp $(DEMO)/compare.json $(FIGURES)/demo_compare.json
+	cp $(DEMO)/compare.md $(FIGURES)/demo_compare.md
+	cp $(DEMO)/run/ledger.json $(FIGURES)/demo_ledger.json
+	cp $(DEMO)/run/plots/blocks.json $(FIGURES)/demo_blocks.json
+	@for plot in $(DEMO)/run/plots/*.png; do cp -v $$plot $(FIGURES)/demo_$$(basename $$plot); done
+	@if [ -f $(DEMO)/hand/compare.json ]; then \
+		cp -v $(DEMO)/hand/compare.json $(FIGURES)/demo_compare_handwritten.json; \
+		cp -v $(DEMO)/hand/compare.md $(FIGURES)/demo_compare_handwritten.md; \
+	else echo "no $(DEMO)/hand/compare.json (make demo-handwritten): hand-written figures left as they are"; fi
+
+publish-learning-curve:
+	@test -f $(LC)/plots/blocks.json || { echo "no finished learning run in $(LC): run make learning-curve first"; exit 1; }
+	@mkdir -p $(FIGURES)
+	cp $(LC)/compare/compare.json $(FIGURES)/learning_curve_compare.json
+	cp $(LC)/compare/compare.md $(FIGURES)/learning_curve_compare.md
+	cp $(LC)/hand-compare/compare.json $(FIGURES)/learning_curve_compare_handwritten.json
+	cp $(LC)/hand-compare/compare.md $(FIGURES)/learning_curve_compare_handwritten.md
+	cp $(LC)/plots/blocks.json $(FIGURES)/learning_curve_blocks.json
+	cp $(LC)/summary.json $(FIGURES)/learning_curve_summary.json
+	cp $(LC)/ledger.json $(FIGURES)/learning_curve_ledger.json
+	cp $(LC)/metrics.jsonl $(FIGURES)/learning_curve_metrics.jsonl
+	@for plot in $(LC)/plots/*.png; do cp -v $$plot $(FIGURES)/learning_curve_$$(basename $$plot); done
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
