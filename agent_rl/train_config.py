@@ -38,6 +38,13 @@ class PipelineConfig(StrictModel):
     max_lag: int = Field(
         64, ge=0, description="how many updates old a trained token may be (async mode)"
     )
+    weight_sync_every: int = Field(
+        1, ge=1,
+        description="rollout actors take new weights only after every K-th update, as large "
+        "clusters do when a broadcast is expensive: tokens are then sampled up to K - 1 "
+        "updates behind the learner (plus queueing), so the lag really reaches max_lag; K - 1 "
+        "may not exceed max_lag, and eval_every must be a multiple of K. 1: every update",
+    )
     num_updates: int = Field(10, ge=1, description="optimizer updates to run")
     groups_per_update: int = Field(2, ge=1, description="groups the learner takes per update")
     dynamic_sampling: bool = Field(
@@ -85,6 +92,30 @@ class PipelineConfig(StrictModel):
     def effective_max_lag(self) -> int:
         """Sync mode is the same pipeline with no overlap, so every token has lag 0."""
         return 0 if self.mode == "sync" else self.max_lag
+
+    @property
+    def effective_weight_sync_every(self) -> int:
+        """Sync mode loads every update's weights before sampling again."""
+        return 1 if self.mode == "sync" else self.weight_sync_every
+
+    @model_validator(mode="after")
+    def _weight_sync_within_max_lag(self) -> PipelineConfig:
+        every, max_lag = self.weight_sync_every, self.effective_max_lag
+        if every - 1 > max_lag:
+            raise ValueError(
+                f"pipeline.weight_sync_every = {every} leaves the rollout's weights up to "
+                f"{every - 1} updates behind, more than pipeline.max_lag = {max_lag}"
+                f"{' (sync mode is lag 0)' if self.mode == 'sync' else ''} allows: no token "
+                f"sampled just before a sync could be trained; set weight_sync_every <= "
+                f"{max_lag + 1} or raise max_lag"
+            )
+        if self.eval_every and self.eval_every % every:
+            raise ValueError(
+                f"pipeline.eval_every = {self.eval_every} is not a multiple of "
+                f"pipeline.weight_sync_every = {every}: each held-out evaluation runs on the "
+                "rollout's weights, which are the reported update's only at a sync"
+            )
+        return self
 
 
 # Component fields the run fills from its own top-level keys: setting them in a run config

@@ -93,6 +93,22 @@ def test_sync_mode_means_lag_zero() -> None:
     assert PipelineConfig(mode="sync", max_lag=64).effective_max_lag == 0
 
 
+def test_a_weight_sync_gap_beyond_max_lag_is_refused_naming_both() -> None:
+    assert PipelineConfig(max_lag=64, weight_sync_every=65).weight_sync_every == 65
+    with pytest.raises(ValueError, match=r"weight_sync_every = 66 .*max_lag = 64"):
+        PipelineConfig(max_lag=64, weight_sync_every=66)
+    with pytest.raises(ValueError, match=r"weight_sync_every = 2 .*max_lag = 0"):
+        PipelineConfig(mode="sync", weight_sync_every=2)
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        PipelineConfig(weight_sync_every=0)
+
+
+def test_evaluations_fall_on_weight_syncs() -> None:
+    assert PipelineConfig(weight_sync_every=8, eval_every=16).eval_every == 16
+    with pytest.raises(ValueError, match=r"eval_every = 10 .*weight_sync_every = 8"):
+        PipelineConfig(weight_sync_every=8, eval_every=10)
+
+
 def _config(out_dir: Path, overrides: dict[str, object]) -> TrainConfig:
     """The tests' run on the tiny model; `overrides` are dotted keys, as `--set` takes them."""
     base = TrainConfig.model_validate({
@@ -129,6 +145,7 @@ def test_async_run_trains_at_lag_above_one_within_max_lag(async_run) -> None:
     for record in records:
         assert record["lag/max"] <= 3
         assert sum(record["lag/hist"].values()) > 0
+        assert record["lag/share_ge_16"] == 0.0  # max_lag 3: nothing that far behind
         assert record["is/tokens"] > 0
         # Where the rollout's time went since its first group: the shares make the whole.
         shares = [record[f"rollout/{part}_share"] for part in ("decoding", "env_wait", "idle")]

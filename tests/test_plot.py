@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_rl.diagnostics.plot import learning_summary, plot_run, reward_blocks
+from agent_rl.diagnostics.plot import (
+    lag_histogram,
+    lag_token_shares,
+    learning_summary,
+    plot_run,
+    reward_blocks,
+)
 
 
 def _records() -> list[dict]:
@@ -58,3 +64,19 @@ def test_learning_summary_sets_the_last_fifth_of_updates_against_the_first() -> 
     assert summary["lag0_max_abs_log_max"] == 0.0 and summary["updates_with_lag0_tokens"] == 1
     assert summary["tool_use_share_first20"] is None
     assert len(summary["reward_per_block"]) == 2
+
+
+def test_lag_shares_count_every_trained_token_of_the_run() -> None:
+    records = [{"step": 1, "charts/reward_mean": 0.5, "lag/hist": {"0": 6, "20": 2}},
+               {"step": 2, "charts/reward_mean": 0.5, "lag/hist": {"40": 1, "50": 1}}]
+    assert lag_histogram(records) == {"0": 6, "20": 2, "40": 1, "50": 1}
+    assert lag_token_shares(records) == {"16": 0.4, "32": 0.2, "48": 0.1}
+    summary = learning_summary(records, block=1)
+    assert summary["share_tokens_lag_ge_32"] == pytest.approx(0.2)
+
+
+def test_plot_run_charts_the_lag_over_the_run(tmp_path: Path) -> None:
+    records = [{"step": i + 1, "lag/mean": i / 2, "lag/max": i, "lag/share_ge_16": 0.0,
+                "lag/share_ge_32": 0.0, "lag/share_ge_48": 0.0} for i in range(5)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert [p.name for p in plot_run(tmp_path)] == ["lag.png", "lag_share.png"]

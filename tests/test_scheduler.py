@@ -27,7 +27,8 @@ from agent_rl.trajectory import END_ENV_ERROR, END_TERMINATED, Group, Trajectory
 
 def limits(**overrides: Any) -> SchedulerLimits:
     values = {"groups_per_update": 1, "max_lag": 2, "num_updates": 100,
-              "groups_in_flight_per_actor": 100, "num_actors": 1, "dynamic_sampling": False}
+              "groups_in_flight_per_actor": 100, "num_actors": 1, "dynamic_sampling": False,
+              "weight_sync_every": 1}
     return SchedulerLimits(**{**values, **overrides})
 
 
@@ -173,13 +174,16 @@ class _Finish:
 
 
 def simulate(max_lag: int, num_actors: int, seed: int, updates: int = 30,
-             groups_per_update: int = 2) -> tuple[Scheduler, list[int]]:
+             groups_per_update: int = 2, weight_sync_every: int = 1
+             ) -> tuple[Scheduler, list[int]]:
     """A whole run with fake actors and a fake clock: groups take random times, a random
-    share is flat, weights reach each actor a random while after an update, one actor dies."""
+    share is flat, weights reach each actor a random while after each update the scheduler
+    syncs, one actor dies."""
     rng = random.Random(seed)
     scheduler = Scheduler(limits(max_lag=max_lag, num_actors=num_actors, num_updates=updates,
                                  groups_per_update=groups_per_update, dynamic_sampling=True,
-                                 groups_in_flight_per_actor=3), RunState())
+                                 groups_in_flight_per_actor=3,
+                                 weight_sync_every=weight_sync_every), RunState())
     clock, finishing, loads, lags = 0.0, [], [], []
     killed = False
     while scheduler.version < updates:
@@ -192,6 +196,8 @@ def simulate(max_lag: int, num_actors: int, seed: int, updates: int = 30,
         if batch is not None:
             lags += [group_lag(g, scheduler.version) for g in batch]
             scheduler.trained(batch, lag_max=max(lags))
+            if not scheduler.weights_due(scheduler.version):
+                continue
             for actor in range(num_actors):
                 heapq.heappush(loads, (clock + rng.uniform(0, 2), actor, scheduler.version))
             if max_lag == 0:  # sync: every actor loads the weights before anything else runs
@@ -201,8 +207,9 @@ def simulate(max_lag: int, num_actors: int, seed: int, updates: int = 30,
             continue
         if not killed and scheduler.version == updates // 2 and num_actors > 1:
             killed = True
-            scheduler.actor_lost(1)
-            heapq.heappush(loads, (clock + 3.0, 1, scheduler.version))
+            scheduler.actor_lost(1)  # restored with the newest weights the actors were sent
+            synced = scheduler.version - scheduler.version % weight_sync_every
+            heapq.heappush(loads, (clock + 3.0, 1, synced))
         # The next event: a weight load or a finished group (one the scheduler waits for).
         waiting_for = scheduler.must_wait_for()
         tickets = None if waiting_for is None else {w.ticket for w in waiting_for}
@@ -234,6 +241,68 @@ def test_a_simulated_run_keeps_the_lag_bound_and_balances_its_ledger(max_lag: in
     counts = scheduler.ledger.counts()
     assert counts["trained"] == 30 * 2
     assert set(counts["dropped_by_reason"]) <= {FLAT_FILTERED, "stale", "run_ended"}
+
+
+def test_weights_go_to_the_actors_after_every_kth_update() -> None:
+    scheduler = Scheduler(limits(max_lag=8, weight_sync_every=4), RunState())
+    assert [v for v in range(1, 13) if scheduler.weights_due(v)] == [4, 8, 12]
+    every_update = Scheduler(limits(), RunState())
+    assert all(every_update.weights_due(v) for v in range(1, 6))
+
+
+def test_a_group_that_could_only_go_stale_is_not_started() -> None:
+    """Weights synced every 4 updates, max_lag 3: at version 3 the actor still samples with
+    version 0's weights, and one queued group of version 0 already fills the last update that
+    may train such tokens; another would be dropped, so it does not start until the sync."""
+    scheduler = Scheduler(limits(max_lag=3, weight_sync_every=4), RunState(), version=3)
+    work = scheduler.submit(0)
+    scheduler.finished(work.ticket, group(work.task_index, 0))
+    assert not scheduler.may_submit(0)
+    scheduler.actor_acked(0, 4)
+    assert scheduler.may_submit(0)
+
+
+def test_under_a_sparse_sync_a_group_beyond_max_lag_is_waited_for() -> None:
+    """Weights every 4 updates, max_lag 4: a long group started on version 0 holds the update
+    from version 4 until it lands, and is then trained first, at lag 4, not 5."""
+    scheduler = Scheduler(limits(max_lag=4, weight_sync_every=4, num_actors=2), RunState())
+    old = scheduler.submit(0)
+    for _ in range(4):
+        work = scheduler.submit(1)
+        scheduler.finished(work.ticket, group(work.task_index, 0))
+        batch = scheduler.take_batch()
+        assert batch is not None
+        scheduler.trained(batch, lag_max=group_lag(batch[0], scheduler.version))
+    assert scheduler.version == 4 and scheduler.weights_due(4)
+    scheduler.actor_acked(1, 4)
+    fresh = scheduler.submit(1)
+    scheduler.finished(fresh.ticket, group(fresh.task_index, 4))
+    assert scheduler.must_wait_for() == [old] and scheduler.take_batch() is None
+    scheduler.finished(old.ticket, group(old.task_index, 0))
+    batch = scheduler.take_batch()
+    assert [g.group_id for g in batch] == [old.group_id]
+    assert group_lag(batch[0], scheduler.version) == 4
+
+
+def test_under_a_sparse_sync_a_queued_group_beyond_max_lag_is_dropped_as_stale() -> None:
+    """A resumed run's queued group sampled 5 updates ago, max_lag 4: dropped and counted."""
+    saved = RunState(queued_groups=[group(7, 0)], next_task_index=8)
+    saved.ledger.record_generated(group_id_for(7))
+    scheduler = Scheduler(limits(max_lag=4, weight_sync_every=4), saved, version=5)
+    assert scheduler.take_batch() is None
+    assert scheduler.ledger.dropped == {group_id_for(7): "stale"}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_sparse_weight_sync_trains_tokens_far_behind_within_max_lag(seed: int) -> None:
+    scheduler, lags = simulate(max_lag=12, num_actors=3, seed=seed, updates=40,
+                               weight_sync_every=10)
+    assert scheduler.version == 40
+    assert 9 <= max(lags) <= 12  # the sync gap alone is 9 updates; the bound holds
+    assert sum(lag > 1 for lag in lags) > len(lags) / 2
+    scheduler.end()
+    scheduler.ledger.check()
+    assert scheduler.ledger.counts()["trained"] == 40 * 2
 
 
 def test_the_scheduler_needs_neither_ray_nor_vllm() -> None:
@@ -364,6 +433,7 @@ def test_a_dead_actor_is_restored_at_the_current_version_and_its_groups_reported
     scheduler = Scheduler(limits(num_actors=2), RunState())
     pool.broadcast(1, {"w": 1})
     pool.wait_for_weights(1)
+    assert pool.weights_version == 1  # what the pipeline restores a dead actor with
     work = scheduler.submit(0)
     pool.submit(work, {"task_id": "t"}, 2)
     actors[0].refs[-1].error = ray.exceptions.RayActorError("killed")

@@ -2,7 +2,8 @@
 
 Reward should rise; the IS max/median ratio and the rollout-to-learner KL should stay flat (they
 grow without bound when rollout and learner kernels disagree); the pre-clip gradient norm should
-not spike; the lag should stay under max_lag.
+not spike; the lag should stay under max_lag (its course over the run, and the share of
+tokens far behind, are charted too).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ CHARTS: dict[str, tuple[str, list[str]]] = {
                         ["is/lag0_max_abs_log"]),
     "grad_norm": ("pre-clip gradient norm", ["losses/grad_norm"]),
     "lag": ("policy lag (updates)", ["lag/mean", "lag/max"]),
+    "lag_share": ("share of trained tokens at lag >= 16, 32, 48",
+                  ["lag/share_ge_16", "lag/share_ge_32", "lag/share_ge_48"]),
 }
 
 
@@ -60,6 +63,25 @@ def reward_blocks(records: list[dict], block: int) -> list[dict]:
     return rows
 
 
+def lag_token_shares(records: list[dict], thresholds: tuple[int, ...] = (16, 32, 48)
+                     ) -> dict[str, float | None]:
+    """The share of all trained tokens of the run at lag >= each threshold, from the updates'
+    `lag/hist` (token counts per lag): `{"16": 0.4, ...}`; None for a run without one."""
+    counts = {int(lag): count for lag, count in lag_histogram(records).items()}
+    total = sum(counts.values())
+    return {str(threshold): (sum(c for lag, c in counts.items() if lag >= threshold) / total
+                             if total else None) for threshold in thresholds}
+
+
+def lag_histogram(records: list[dict]) -> dict[str, int]:
+    """Trained tokens per lag over the whole run (the updates' `lag/hist` summed)."""
+    counts: dict[int, int] = {}
+    for record in records:
+        for lag, count in (record.get("lag/hist") or {}).items():
+            counts[int(lag)] = counts.get(int(lag), 0) + count
+    return {str(lag): counts[lag] for lag in sorted(counts)}
+
+
 def _response_weighted_reward(records: list[dict]) -> float | None:
     responses = sum(r.get("charts/responses", 1) for r in records)
     total = sum(r["charts/reward_mean"] * r.get("charts/responses", 1) for r in records)
@@ -90,6 +112,8 @@ def learning_summary(records: list[dict], block: int) -> dict:
         "is_max_over_median_median": ratios[len(ratios) // 2] if ratios else None,
         "updates_is_over_1.5": sum(1 for ratio in ratios if ratio > 1.5),
         "lag_max": _peak(updates, "lag/max"),
+        **{f"share_tokens_lag_ge_{threshold}": share
+           for threshold, share in lag_token_shares(updates).items()},
         "kl_k3_max": _peak(updates, "is/kl_k3"),
         "lag0_max_abs_log_max": _peak(updates, "is/lag0_max_abs_log"),
         "updates_with_lag0_tokens": sum(1 for r in updates if r.get("is/lag0_tokens")),

@@ -487,7 +487,12 @@ def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor],
     }
 
 
+LAG_SHARE_THRESHOLDS = (16, 32, 48)  # `lag/share_ge_N`: how much of an update is far behind
+
+
 def _lag_metrics(lags: torch.Tensor) -> dict[str, Any]:
+    """Lag of every sampled token of the update: mean, max, histogram, and the share at lag
+    >= 16, 32 and 48 (the method's lag-64 setting lives there)."""
     if not lags.numel():
         return {}
     histogram = Counter(lags.tolist())
@@ -495,6 +500,8 @@ def _lag_metrics(lags: torch.Tensor) -> dict[str, Any]:
         "lag/mean": float(lags.double().mean()),
         "lag/max": int(lags.max()),
         "lag/hist": {str(lag): count for lag, count in sorted(histogram.items())},
+        **{f"lag/share_ge_{threshold}": float((lags >= threshold).double().mean())
+           for threshold in LAG_SHARE_THRESHOLDS},
     }
 
 

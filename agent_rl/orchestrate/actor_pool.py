@@ -2,10 +2,11 @@
 
 The pool turns Ray's object refs into events the scheduler understands (`GroupDone`,
 `GroupFailed`, `ActorDied`, `WeightsLoaded`), so nothing else in the run touches a ref. Weights
-go out as one `ray.put` per update; every actor gets the same ref and loads it in flight
-(generation pauses at an engine step, keeps its requests, resumes). A broadcast may be held
-back (a hook says how long); a newer one supersedes it. An actor that dies is restarted by Ray
-(`max_actor_restarts`) and gets the current weights and version before it samples again.
+go out as one `ray.put` per broadcast (after every update, or every `weight_sync_every`-th);
+every actor gets the same ref and loads it in flight (generation pauses at an engine step,
+keeps its requests, resumes). A broadcast may be held back (a hook says how long); a newer one
+supersedes it. An actor that dies is restarted by Ray (`max_actor_restarts`) and gets the
+newest published weights and their version before it samples again.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class ActorPool:
         self.restarts = [0] * len(actors)
         self.dead: set[int] = set()  # reported dead, not yet restored
         self.weights_ref: Any = None
+        self.weights_version = 0  # the version of `weights_ref`: the newest weights published
         self.delayed: _Delayed | None = None
 
     # -- work ----------------------------------------------------------------------------------
@@ -121,6 +123,7 @@ class ActorPool:
     def broadcast(self, version: int, state_dict: dict[str, Any]) -> None:
         """Publish `version` once and send it to every actor, unless a hook holds it back."""
         self.weights_ref = self.ray.put(dict(state_dict))  # once; every actor gets this copy
+        self.weights_version = version
         if self.delayed is not None:  # superseded: the newer weights go instead
             self.delayed = None
             self.hooks.delayed_broadcast_settled()

@@ -8,7 +8,9 @@
 - the `Learner` trains: one optimizer update per batch.
 The loop below feeds the pool's events to the scheduler and the scheduler's batches to the
 learner. With `max_lag = 0` the same loop is synchronous RL (`mode: sync`): generate a batch,
-wait for it, train, wait for every actor to load the new weights, repeat.
+wait for it, train, wait for every actor to load the new weights, repeat. With
+`pipeline.weight_sync_every: K` the weights go out only after every K-th update (the
+scheduler's `weights_due`), so the actors sample up to K - 1 updates behind the learner.
 
 Faults are hooks (`agent_rl.orchestrate.hooks`): the injected ones of `agent_rl.orchestrate.faults` join
 through `DriverFaults` at the hook points, not as branches in the loop. Whatever ends the run
@@ -262,7 +264,9 @@ class Pipeline:
                 self._count_error(f"task position {work.task_index}: {event.error}")
             elif isinstance(event, ActorDied):
                 self.scheduler.actor_lost(event.actor)
-                self.pool.restore(event.actor, self.learner.version, event.error)
+                # The newest published weights, which with a sparse weight sync are older
+                # than the learner's: a restored actor samples what the others sample.
+                self.pool.restore(event.actor, self.pool.weights_version, event.error)
             elif isinstance(event, WeightsLoaded):
                 self.scheduler.actor_acked(event.actor, event.version)
                 if event.load_s is not None:
@@ -298,11 +302,15 @@ class Pipeline:
             metrics["charts/filtered_groups"] = len(filtered)
         sync_start = time.perf_counter()
         version = self.learner.version
-        self.pool.broadcast(version, self.learner.rollout_state_dict())
+        synced = self.scheduler.weights_due(version)
+        if synced:
+            self.pool.broadcast(version, self.learner.rollout_state_dict())
         if self.config.pipeline.effective_max_lag == 0:
             self._handle(self.pool.wait_for_weights(version))
         loads = self.weight_load_s
         metrics.update({
+            "pipeline/weight_sync": int(synced),
+            "pipeline/rollout_weights_version": self.pool.weights_version,
             "perf/weight_publish_s": time.perf_counter() - sync_start,
             "perf/update_s": time.perf_counter() - update_start,
             "perf/actor_weight_load_s": sum(loads) / len(loads) if loads else 0.0,
@@ -350,7 +358,7 @@ class Pipeline:
     def _finish(self) -> None:
         """Account for the groups left over, check the ledger, write the final checkpoint."""
         self.status = "finished"
-        self._handle(self.pool.wait_for_weights(self.learner.version))  # actors end current
+        self._handle(self.pool.wait_for_weights(self.learner.version))  # loads settle
         self.scheduler.end()
         abandoned = len(self.scheduler.in_flight)
         # Running groups were never generated: a resumed run re-runs their task positions.

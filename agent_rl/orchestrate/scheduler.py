@@ -9,14 +9,21 @@ Lag bound. A token sampled by version v and trained in the update from version L
 L - v; no trained token may exceed `max_lag` (`trajectory.exceeds_max_lag`, the one predicate).
 Three rules enforce it:
 - submit a group only while the groups generated-or-running-but-untrained number fewer than
-  `groups_per_update * (max_lag + 1)`, and only to an actor whose acknowledged weights are
-  within `max_lag` of the learner;
+  `groups_per_update * (max_lag + 1)`, only to an actor whose acknowledged weights v are
+  within `max_lag` of the learner, and only while the untrained groups at least as old as v
+  (the learner takes the oldest first) leave room for it in the updates before v passes
+  max_lag: a group that could only be dropped as stale is not started;
 - before stepping from L to L + 1, wait for any running group that started at a version v
   that L + 1 would leave beyond max_lag (v is bounded below by the actor's acknowledged version
   at submit time);
 - a queued group whose lag would still exceed max_lag is dropped as "stale" and counted.
 With max_lag = 0 these rules are synchronous RL: generate a batch, wait for it, train, wait for
 every actor to load the new weights, repeat.
+
+Weight sync. The actors take new weights only after every `weight_sync_every`-th update
+(`weights_due`), as large clusters do when a broadcast is expensive: between syncs they sample
+with the last synced weights, so tokens reach lag K - 1 before any queueing. The rules above
+need nothing else: they read the versions the actors acknowledged, whatever the sync rhythm.
 
 The ledger (`agent_rl.orchestrate.ledger`) records every decision: each group id is generated once, then
 trained once or dropped with its reason; a task position whose rollout was lost (its actor
@@ -54,10 +61,11 @@ class SchedulerLimits:
     groups_in_flight_per_actor: int
     num_actors: int
     dynamic_sampling: bool = False
+    weight_sync_every: int = 1
 
     @classmethod
     def of(cls, pipeline: PipelineConfig, num_actors: int) -> SchedulerLimits:
-        """A run's limits; sync mode is lag 0."""
+        """A run's limits; sync mode is lag 0 and syncs every update."""
         return cls(
             groups_per_update=pipeline.groups_per_update,
             max_lag=pipeline.effective_max_lag,
@@ -65,6 +73,7 @@ class SchedulerLimits:
             groups_in_flight_per_actor=pipeline.groups_in_flight_per_actor,
             num_actors=num_actors,
             dynamic_sampling=pipeline.dynamic_sampling,
+            weight_sync_every=pipeline.effective_weight_sync_every,
         )
 
 
@@ -131,7 +140,23 @@ class Scheduler:
             and busy < limits.groups_in_flight_per_actor
             and self.acked[actor] != RESTORING
             and not exceeds_max_lag(self.acked[actor], self.version, limits.max_lag)
+            and self._room_before_stale(self.acked[actor])
         )
+
+    def _room_before_stale(self, version: int) -> bool:
+        """Whether a group sampled from weights `version` on could still be trained: the
+        learner takes the oldest groups first, so those at least as old must not already fill
+        the updates left before `version` passes max_lag. With every actor on the learner's
+        weights this is the untrained cap; it bites when weights lag (a sparse weight sync)."""
+        updates_left = version + self.limits.max_lag - self.version + 1
+        older = sum(1 for work in self.in_flight.values() if work.min_version <= version)
+        older += sum(1 for group in self.queue if group.oldest_version <= version)
+        return older < updates_left * self.limits.groups_per_update
+
+    def weights_due(self, version: int) -> bool:
+        """Whether the actors take the weights of `version` (the learner's after an update):
+        every `weight_sync_every`-th version."""
+        return version % self.limits.weight_sync_every == 0
 
     def at_risk(self) -> list[Work]:
         """Running groups the next update would push beyond max_lag: wait for them first."""

@@ -5,8 +5,9 @@ a clock, and every question (may this device start a group, what must the next u
 which groups form it, which are stale) goes to the orchestration's own `Scheduler`. Only the
 costs are modelled (`Costs`): each rollout device decodes its running episodes at a shared
 rate, an episode waits on its env after each turn while the device serves the others, the driver
-is blocked while the learner trains, and each broadcast pauses every rollout device to load the
-weights. Synchronous RL is the same loop with `max_lag = 0`, as in the pipeline.
+is blocked while the learner trains, and each broadcast (every update, or every
+`weight_sync_every`-th as the scheduler says) pauses every rollout device to load the weights.
+Synchronous RL is the same loop with `max_lag = 0`, as in the pipeline.
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class Simulation:
             self.lags[group_lag(group, self.scheduler.version)] += 1
         self.scheduler.trained(batch, max(group_lag(g, self.scheduler.version) for g in batch))
         version = self.scheduler.version
+        if not self.scheduler.weights_due(version):
+            return  # a sparse weight sync: the devices keep sampling with older weights
         for index, device in enumerate(self.devices):
             start = max(self.clock, device.paused_until)
             device.paused_until = start + costs.weight_load_s
