@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from sandbox.errors import SandboxConfigError
+from sandbox.host_uids import PYTHON_UID_BASE
 
 __all__ = ["BACKENDS", "SandboxConfig"]
 
@@ -31,7 +32,7 @@ class SandboxConfig:
     # image with a python3 on PATH, docker only; `agent-rl sandbox image build` makes this one
     docker_image: str = "agent-rl/sandbox-python:3.11"
     start_timeout_s: float = 10.0  # how long a new sandbox may take to answer its handshake
-    sandbox_uid_base: int = 200_000  # bwrap as root: sessions run as unprivileged uids above this
+    sandbox_uid_base: int = PYTHON_UID_BASE  # bwrap as root: sessions run as unprivileged uids above this
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

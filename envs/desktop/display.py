@@ -2,9 +2,18 @@
 
 Every episode gets a fresh temp folder holding its HOME (seen by apps as `/home/user`, the path
 OSWorld tasks use), its `/tmp` and its window manager config. Apps, set-up commands and evaluator
-commands run under bubblewrap with no network and a private PID namespace; the only host
-resources they see are a read-only root file system and this episode's own X socket, so they
-cannot reach other episodes' displays or files.
+commands run under bubblewrap as `user` (uid 1000 in a user namespace) with no network and
+private PID, IPC and UTS namespaces. What they see of the host: `/usr` (and the `/bin`, `/lib*`
+links), the few `/etc` entries apps read (`ETC_ENTRIES`), the font cache, and this episode's own
+X socket, home and `/tmp`. Not the project, the virtualenv, task files or their evaluators,
+`/root`, `/etc/shadow`, other episodes' folders or other displays.
+
+Started by root, the sandbox would be host root outside its user namespace, and every file root
+may read would be readable inside. So root starts each episode's sandboxes from a host uid of
+the episode's own (`sandbox.host_uids`), which owns the episode's home and `/tmp` and nothing
+else; an ordinary user's sandboxes run as that user. Files the env itself puts on the desktop or
+reads back for an evaluator go through the sandbox too (`write_file`, `read_file`), so a link an
+app planted resolves inside the sandbox's view, never on the host.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -32,9 +42,13 @@ from envs.desktop.accessibility import (
     reader_source,
 )
 from envs.desktop.apps import APT_PACKAGES, app_command
+from sandbox import host_uids
+from sandbox.backends.bwrap import system_mounts
 
 __all__ = [
+    "ETC_ENTRIES",
     "VM_HOME",
+    "DesktopFileError",
     "DesktopSession",
     "DesktopStartError",
     "MissingProgramError",
@@ -46,7 +60,17 @@ logger = logging.getLogger(__name__)
 VM_HOME = "/home/user"
 VM_UID = 1000
 ROOT_MENU_LABELS = ("Terminal", "Text editor", "File manager")  # the right-click menu, in order
-REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap")
+REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap", "setpriv")
+# The host's /etc as far as the apps read it: linker cache, fonts, GTK, X and D-Bus config,
+# terminfo, time zone, the shells' start-up files, Debian's python3 config. Entries missing on
+# a host are skipped.
+ETC_ENTRIES = ("alternatives", "bash.bashrc", "dbus-1", "fonts", "gtk-2.0", "gtk-3.0", "inputrc",
+               "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "localtime",
+               "mime.types", "nsswitch.conf", "os-release", "profile", "python3", "shells",
+               "terminfo", "timezone", "X11", "xdg")
+# The font cache: without it every app start rebuilds it, seconds on a loaded machine.
+_HOST_CACHES = ("/var/cache/fontconfig",)
+_MAX_READ_BYTES = 64 << 20  # a file an evaluator reads back; more is cut
 _X_START_TIMEOUT_S = 30.0  # Xvfb compiles its keymap at start: seconds on a loaded 2-core machine
 # Display numbers this process hands out, never twice: an Xvfb that was killed can take a long
 # time to finish exiting, and a new server probing that number blocks until it is gone.
@@ -60,6 +84,10 @@ class DesktopStartError(RuntimeError):
 
 class MissingProgramError(RuntimeError):
     """A Debian program the desktop needs is not installed."""
+
+
+class DesktopFileError(RuntimeError):
+    """The env could not put a file on the desktop."""
 
 
 def require_programs(programs: Sequence[str] = REQUIRED_PROGRAMS) -> None:
@@ -121,17 +149,29 @@ class DesktopSession:
         self.root = Path(tempfile.mkdtemp(prefix="agent-rl-desktop-", dir=parent_dir))
         self.home = self.root / "home"
         self.tmp = self.root / "tmp"
-        self.home.mkdir()
-        (self.tmp / ".X11-unix").mkdir(parents=True)
+        self.home.mkdir(mode=0o700)
+        self.tmp.mkdir(mode=0o700)
+        (self.tmp / ".X11-unix").mkdir()
         # Apps run as `user` (uid 1000 in a user namespace, no capabilities), as in OSWorld's VM;
         # these files give the uid its name, so `whoami` and shell prompts say `user`.
         (self.root / "passwd").write_text(f"root:x:0:0:root:/root:/bin/sh\n"
                                           f"user:x:{VM_UID}:{VM_UID}:user:{VM_HOME}:/bin/sh\n")
         (self.root / "group").write_text(f"root:x:0:\nuser:x:{VM_UID}:\n")
+        # D-Bus wants a machine id; the host's would identify the host.
+        (self.root / "machine-id").write_text(secrets.token_hex(16) + "\n")
+        self.host_uid = host_uids.take(host_uids.DESKTOP_UID_BASE) if os.geteuid() == 0 else None
+        if self.host_uid is not None:
+            # The episode's uid may pass through its root folder (to the binds) but not list
+            # it, and owns only its home and /tmp.
+            self.root.chmod(0o711)
+            for path in (self.home, self.tmp, self.tmp / ".X11-unix"):
+                os.chown(path, self.host_uid, self.host_uid)
         self.display = ""
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._copies = itertools.count()
         # Kills Xvfb and the apps even if the owner never calls close() (a crashed rollout).
-        self._finalizer = weakref.finalize(self, _kill_and_remove, self._processes, self.root)
+        self._finalizer = weakref.finalize(self, _kill_and_remove, self._processes, self.root,
+                                           self.host_uid)
 
     def __enter__(self) -> DesktopSession:
         return self.start()
@@ -173,15 +213,29 @@ class DesktopSession:
             if write_fd >= 0:
                 os.close(write_fd)
         self.display = f":{number}"
+        self._check_sandbox()
         self._start_window_manager()
         if self.accessibility:
             self._start_session_bus()
         return self
 
+    def _check_sandbox(self) -> None:
+        """One empty run, so that a host where the sandbox cannot start says why at once."""
+        result = self.run(["true"])
+        if result.returncode != 0:
+            error = result.stderr.strip()[-300:]
+            hint = ("; bubblewrap needs unprivileged user namespaces (sysctl "
+                    "kernel.unprivileged_userns_clone=1, and "
+                    "kernel.apparmor_restrict_unprivileged_userns=0 where AppArmor has it)"
+                    if "namespace" in error or "not permitted" in error else "")
+            raise DesktopStartError(f"the desktop's sandbox did not start: {error}{hint}")
+
     def _start_session_bus(self) -> None:
         """The session D-Bus, in a sandbox like the apps' (see `envs.desktop.accessibility`);
         it starts the accessibility bus when the first app asks for it."""
         (self.tmp / ".runtime").mkdir(mode=0o700)
+        if self.host_uid is not None:
+            os.chown(self.tmp / ".runtime", self.host_uid, self.host_uid)
         self.launch(["dbus-daemon", "--session", "--nofork", "--nopidfile",
                      f"--address=unix:path=/tmp/{BUS_SOCKET}"])
         deadline = time.monotonic() + _WM_START_TIMEOUT_S
@@ -253,65 +307,49 @@ class DesktopSession:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DISPLAY": self.display}
 
     def sandbox_argv(self, argv: Sequence[str]) -> list[str]:
-        """`argv` wrapped in bubblewrap: read-only root, private HOME and /tmp, no network, run
-        as the unprivileged `user`."""
+        """`argv` wrapped in bubblewrap as the unprivileged `user`: read-only /usr and the /etc
+        entries apps read, private HOME and /tmp, this display's socket, no network; started
+        from the episode's own host uid when we are root."""
         socket = f"/tmp/.X11-unix/X{self.display.lstrip(':')}"
+        as_episode_uid = [] if self.host_uid is None else [
+            "setpriv", f"--reuid={self.host_uid}", f"--regid={self.host_uid}", "--clear-groups",
+            "--"]
+        host_files = [
+            arg
+            for path in (*(f"/etc/{name}" for name in ETC_ENTRIES), *_HOST_CACHES)
+            if os.path.lexists(path)
+            for arg in ("--ro-bind", path, path)
+        ]
+        own_files = [arg for name, target in (("passwd", "/etc/passwd"), ("group", "/etc/group"),
+                                              ("machine-id", "/etc/machine-id"),
+                                              ("machine-id", "/var/lib/dbus/machine-id"))
+                     for arg in ("--ro-bind", str(self.root / name), target)]
+        session_env = SESSION_ENV.items() if self.accessibility else ()
+        environment = {"HOME": VM_HOME, "USER": "user", "DISPLAY": self.display,
+                       "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **dict(session_env)}
         return [
+            *as_episode_uid,
             "bwrap",
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/home",
-            "--bind",
-            str(self.home),
-            VM_HOME,
-            "--bind",
-            str(self.tmp),
-            "/tmp",
-            "--ro-bind",
-            socket,
-            socket,
-            "--ro-bind",
-            str(self.root / "passwd"),
-            "/etc/passwd",
-            "--ro-bind",
-            str(self.root / "group"),
-            "/etc/group",
-            "--unshare-user",
-            "--uid",
-            str(VM_UID),
-            "--gid",
-            str(VM_UID),
-            "--unshare-net",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
+            *system_mounts(),
+            *host_files,
+            *own_files,
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--tmpfs", "/home",
+            "--bind", str(self.home), VM_HOME,
+            "--bind", str(self.tmp), "/tmp",
+            "--ro-bind", socket, socket,
+            # bwrap's own root (where it made /etc, /var and /home) read-only too.
+            "--remount-ro", "/",
+            "--unshare-user", "--uid", str(VM_UID), "--gid", str(VM_UID),
+            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname", "desktop",
+            "--new-session",
             "--die-with-parent",
             "--clearenv",
-            "--setenv",
-            "HOME",
-            VM_HOME,
-            "--setenv",
-            "USER",
-            "user",
-            "--setenv",
-            "DISPLAY",
-            self.display,
-            "--setenv",
-            "PATH",
-            "/usr/local/bin:/usr/bin:/bin",
-            "--setenv",
-            "LANG",
-            "C.UTF-8",
-            *(arg for key, value in (SESSION_ENV.items() if self.accessibility else ())
-              for arg in ("--setenv", key, value)),
-            "--chdir",
-            VM_HOME,
+            *(arg for key, value in environment.items() for arg in ("--setenv", key, value)),
+            "--chdir", VM_HOME,
             "--",
             *argv,
         ]
@@ -353,18 +391,75 @@ class DesktopSession:
             ["xdotool", *args], env=self.host_env(), capture_output=True, text=True, timeout=30
         )
 
-    def host_path(self, vm_path: str) -> Path:
-        """The host path of a path inside the desktop (`/home/user/...` or `/tmp/...`).
+    def _run_script(self, script: str, *args: str, data: bytes | None = None,
+                    timeout_s: float = 30.0) -> subprocess.CompletedProcess[bytes]:
+        """`sh -c script sh args...` in the sandbox, bytes in and out: paths travel as
+        arguments, never spliced into the script."""
+        return subprocess.run(
+            self.sandbox_argv(["sh", "-c", script, "sh", *args]),
+            capture_output=True,
+            timeout=timeout_s,
+            **({"input": data} if data is not None else {"stdin": subprocess.DEVNULL}),
+        )
+
+    def write_file(self, vm_path: str, data: bytes | str) -> None:
+        """Put a file on the desktop as its user would write it (parent folders made).
+
+        Raises:
+            ValueError: the path is outside the episode's home and /tmp.
+            DesktopFileError: the write failed inside the sandbox.
+        """
+        path = self.vm_path(vm_path)
+        content = data.encode() if isinstance(data, str) else data
+        result = self._run_script('mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', path,
+                                  data=content)
+        if result.returncode != 0:
+            raise DesktopFileError(f"could not write {vm_path!r} on the desktop: "
+                                   f"{result.stderr.decode(errors='replace').strip()}")
+
+    def read_file(self, vm_path: str) -> bytes | None:
+        """A desktop file's bytes as the desktop's user reads them (at most 64 MiB), or None
+        when it is not a readable regular file."""
+        result = self._run_script('test -f "$1" && test -r "$1" || exit 3; head -c "$2" -- "$1"',
+                                  self.vm_path(vm_path), str(_MAX_READ_BYTES))
+        return result.stdout if result.returncode == 0 else None
+
+    def copy_out(self, vm_path: str) -> Path | None:
+        """A private host copy of a desktop file for an evaluator to read (OSWorld copies files
+        out of its VM), or None when there is no such file. The copy lives beside the episode's
+        folders, where the desktop cannot reach it."""
+        data = self.read_file(vm_path)
+        if data is None:
+            return None
+        folder = self.root / "copied-out"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        copy = folder / f"{next(self._copies)}-{Path(vm_path).name or 'file'}"
+        copy.write_bytes(data)
+        return copy
+
+    def is_dir(self, vm_path: str) -> bool:
+        """Whether the desktop's user sees a folder at `vm_path`."""
+        return self._run_script('test -d "$1"', self.vm_path(vm_path)).returncode == 0
+
+    def list_dir(self, vm_path: str) -> list[str] | None:
+        """Sorted names in a desktop folder, or None if it is not a folder."""
+        result = self._run_script('test -d "$1" || exit 3; find "$1" -mindepth 1 -maxdepth 1 '
+                                  "-printf '%f\\0'", self.vm_path(vm_path))
+        if result.returncode != 0:
+            return None
+        return sorted(name.decode(errors="replace") for name in result.stdout.split(b"\0") if name)
+
+    def vm_path(self, path: str) -> str:
+        """`path` (`~` for the home) normalised, checked to lie in the episode's home or /tmp.
 
         Raises:
             ValueError: the path is outside the episode's writable folders.
         """
-        path = Path(os.path.normpath(vm_path.replace("~", VM_HOME, 1)))
-        for vm_root, host_root in ((Path(VM_HOME), self.home), (Path("/tmp"), self.tmp)):
-            if path == vm_root or vm_root in path.parents:
-                return host_root / path.relative_to(vm_root)
+        normal = Path(os.path.normpath(path.replace("~", VM_HOME, 1)))
+        if any(normal == root or root in normal.parents for root in (Path(VM_HOME), Path("/tmp"))):
+            return str(normal)
         raise ValueError(
-            f"path {vm_path!r} is outside the episode's folders; use a path under {VM_HOME} or /tmp"
+            f"path {path!r} is outside the episode's folders; use a path under {VM_HOME} or /tmp"
         )
 
     def close(self) -> None:
@@ -372,8 +467,10 @@ class DesktopSession:
         self._finalizer()
 
 
-def _kill_and_remove(processes: list[subprocess.Popen[bytes]], root: Path) -> None:
-    """Stop an episode's processes and delete its folder; also runs at exit if never closed."""
+def _kill_and_remove(processes: list[subprocess.Popen[bytes]], root: Path,
+                     host_uid: int | None) -> None:
+    """Stop an episode's processes, delete its folder and free its host uid; also runs at exit
+    if never closed."""
     for process in reversed(processes):
         if process.poll() is None:
             try:
@@ -387,6 +484,8 @@ def _kill_and_remove(processes: list[subprocess.Popen[bytes]], root: Path) -> No
             logger.warning("process %s did not exit after SIGKILL", process.args[0])
     processes.clear()
     shutil.rmtree(root, ignore_errors=True)
+    if host_uid is not None:
+        host_uids.give_back(host_uid)
 
 
 def _free_display_number() -> int:

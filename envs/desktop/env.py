@@ -13,7 +13,7 @@ import numpy as np
 
 from envs.desktop.actions import ENDING_ACTIONS, Computer
 from envs.desktop.apps import app_command
-from envs.desktop.display import ROOT_MENU_LABELS, DesktopSession
+from envs.desktop.display import ROOT_MENU_LABELS, VM_HOME, DesktopSession
 from envs.desktop.evaluate import EvalContext, evaluate
 from envs.desktop.file_cache import MissingDownload, explain_missing, missing_downloads
 from envs.desktop.observe import Observer, screen_text
@@ -165,8 +165,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         try:
             session.start()
             if app_command("file_manager")[0] == "xfe":  # the fallback; it asks first otherwise
-                (session.home / ".config" / "xfe").mkdir(parents=True)
-                (session.home / ".config" / "xfe" / "xferc").write_text(_XFE_CONFIG)
+                session.write_file(f"{VM_HOME}/.config/xfe/xferc", _XFE_CONFIG)
             self._observer = Observer(session.display, root_menu_labels=ROOT_MENU_LABELS)
             run_steps((session, self._observer), task["config"])
         except BaseException:

@@ -62,9 +62,10 @@ def get_vm_command_error(context: EvalContext, config: dict[str, Any]) -> str:
 
 
 def get_vm_file(context: EvalContext, config: dict[str, Any]) -> str | None:
-    """Host path of a desktop file, or None if it does not exist (OSWorld copies it out)."""
-    path = context.session.host_path(config["path"])
-    return str(path) if path.is_file() else None
+    """Host path of a private copy of a desktop file, or None if it does not exist (OSWorld
+    copies it out of the VM)."""
+    copy = context.session.copy_out(config["path"])
+    return str(copy) if copy is not None else None
 
 
 def get_rule(context: EvalContext, config: dict[str, Any]) -> Any:
@@ -74,8 +75,7 @@ def get_rule(context: EvalContext, config: dict[str, Any]) -> Any:
 
 def get_list_directory(context: EvalContext, config: dict[str, Any]) -> list[str] | None:
     """Sorted names in a desktop folder, or None if it is not a folder."""
-    path = context.session.host_path(config["path"])
-    return sorted(entry.name for entry in path.iterdir()) if path.is_dir() else None
+    return context.session.list_dir(config["path"])
 
 
 def get_window_titles(context: EvalContext, config: dict[str, Any]) -> str:

@@ -105,7 +105,7 @@ def _open(context: StepContext, parameters: dict[str, Any]) -> None:
     path = parameters.get("path")
     if not isinstance(path, str):
         raise SetupError(f"'open' needs a 'path' string, got {path!r}")
-    role = "file_manager" if session.host_path(path).is_dir() else "editor"
+    role = "file_manager" if session.is_dir(path) else "editor"
     _launch(context, {"command": [*app_command(role), path]})
 
 
@@ -134,12 +134,13 @@ def _close_window(context: StepContext, parameters: dict[str, Any]) -> None:
 def _upload_file(context: StepContext, parameters: dict[str, Any]) -> None:
     session, _ = context
     for entry in parameters.get("files", []):
-        source = FILES_DIR / entry["local_path"]
+        source = (FILES_DIR / entry["local_path"]).resolve()
+        if not source.is_relative_to(FILES_DIR.resolve()):
+            raise SetupError(f"upload_file: {entry['local_path']!r} is outside {FILES_DIR}, the "
+                             "only folder a task may upload from")
         if not source.is_file():
             raise SetupError(f"upload_file: {source} does not exist; ship it in {FILES_DIR}")
-        target = session.host_path(entry["path"])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        session.write_file(entry["path"], source.read_bytes())
 
 
 def _create_file(context: StepContext, parameters: dict[str, Any]) -> None:
@@ -147,9 +148,7 @@ def _create_file(context: StepContext, parameters: dict[str, Any]) -> None:
     path, content = parameters.get("path"), parameters.get("content", "")
     if not isinstance(path, str) or not isinstance(content, str):
         raise SetupError("create_file needs a 'path' string and a 'content' string")
-    target = session.host_path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content)
+    session.write_file(path, content)
 
 
 def _download(context: StepContext, parameters: dict[str, Any]) -> None:
@@ -162,9 +161,7 @@ def _download(context: StepContext, parameters: dict[str, Any]) -> None:
         source = file_cache.lookup(url)
         if source is None:
             raise file_cache.MissingDownload(file_cache.explain_missing("?", [url]))
-        target = session.host_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
+        session.write_file(path, source.read_bytes())
 
 
 SUPPORTED_STEPS: dict[str, Callable[[StepContext, dict[str, Any]], None]] = {

@@ -13,7 +13,7 @@ host root. As root we therefore skip the user namespace: bwrap runs privileged, 
 only CAP_SETUID/SETGID/CHOWN, and the kernel drops to an unprivileged host uid of its own
 (`sandbox_uid_base` + a slot) before any user code runs; bwrap sets no_new_privs, so setuid
 binaries cannot take privileges back. Two live sessions with the same uid would share one process
-budget; slots are unique within a host process and spread by its pid.
+budget; `sandbox.host_uids` hands them out.
 """
 
 from __future__ import annotations
@@ -22,23 +22,19 @@ import json
 import os
 import shutil
 import sys
-import threading
 from pathlib import Path
 
+from sandbox import host_uids
 from sandbox.backends import KERNEL_PATH, kernel_settings
 from sandbox.config import SandboxConfig
 from sandbox.errors import BackendUnavailableError
 from sandbox.transport import ProcessTransport
 
-__all__ = ["build_argv", "start"]
+__all__ = ["build_argv", "start", "system_mounts"]
 
 SANDBOX_PYTHON_PREFIX = "/opt/python"
 SANDBOX_KERNEL_PATH = "/opt/agent-rl/kernel.py"
 WORK_DIR = "/workspace"
-UID_SLOTS = 1000
-
-_uid_lock = threading.Lock()
-_uids_in_use: set[int] = set()
 
 
 def _bwrap_path() -> str:
@@ -50,7 +46,9 @@ def _bwrap_path() -> str:
     return path
 
 
-def _system_mounts() -> list[str]:
+def system_mounts() -> list[str]:
+    """Read-only /usr and the /bin, /lib* links or folders beside it: what a program needs to
+    run, and nothing of the host's data."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         host = Path("/") / name
@@ -81,22 +79,6 @@ def _python_mounts() -> tuple[list[str], str, dict[str, str]]:
             {"LD_LIBRARY_PATH": f"{SANDBOX_PYTHON_PREFIX}/lib"})
 
 
-def _take_uid(base: int) -> int:
-    offset = (os.getpid() % 997) * UID_SLOTS
-    with _uid_lock:
-        for slot in range(UID_SLOTS):
-            uid = base + (offset + slot) % (997 * UID_SLOTS)
-            if uid not in _uids_in_use:
-                _uids_in_use.add(uid)
-                return uid
-    raise BackendUnavailableError(f"all {UID_SLOTS} sandbox uids of this process are in use")
-
-
-def _return_uid(uid: int) -> None:
-    with _uid_lock:
-        _uids_in_use.discard(uid)
-
-
 def build_argv(config: SandboxConfig, uid: int | None) -> list[str]:
     """The bwrap command line of one session; `uid` is the host uid to drop to (as root)."""
     python_mounts, interpreter, python_env = _python_mounts()
@@ -112,7 +94,7 @@ def build_argv(config: SandboxConfig, uid: int | None) -> list[str]:
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
     # Dirs bwrap creates on its own are 0700 root: the dropped uid could not enter them.
     args += ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/agent-rl"]
-    args += _system_mounts() + python_mounts
+    args += system_mounts() + python_mounts
     args += ["--ro-bind", str(KERNEL_PATH), SANDBOX_KERNEL_PATH,
              "--proc", "/proc", "--dev", "/dev",
              "--perms", "0700", "--size", tmpfs_bytes, "--tmpfs", WORK_DIR,
@@ -135,17 +117,17 @@ class BwrapTransport(ProcessTransport):
     def kill(self, grace_s: float = 0.0) -> int | None:
         status = super().kill(grace_s)
         if self._uid is not None:
-            _return_uid(self._uid)
+            host_uids.give_back(self._uid)
             self._uid = None
         return status
 
 
 def start(config: SandboxConfig) -> BwrapTransport:
     """Start one kernel under bubblewrap."""
-    uid = _take_uid(config.sandbox_uid_base) if os.geteuid() == 0 else None
+    uid = host_uids.take(config.sandbox_uid_base) if os.geteuid() == 0 else None
     try:
         return BwrapTransport(build_argv(config, uid), uid)
     except BaseException:
         if uid is not None:
-            _return_uid(uid)
+            host_uids.give_back(uid)
         raise

@@ -1,0 +1,243 @@
+"""Escapes from the desktop's sandbox, tried the way a policy or a hostile task file would try
+them: commands typed at the desktop's terminal through the env's actions, and set-up steps of a
+task. Each must fail: the host's files, the network, other episodes' displays and folders, and
+host processes stay out of reach, and no sandboxed process is host root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envs.desktop import DesktopEnv
+from envs.desktop.apps import APT_PACKAGES
+from envs.desktop.display import REQUIRED_PROGRAMS, DesktopFileError, DesktopSession
+from envs.desktop.setup_steps import SetupError
+from envs.desktop.tasks import TASKS_DIR
+from envs.tasks import DATA_DIR
+from envs.tool_calls import format_tool_call
+
+PROJECT = Path(__file__).resolve().parents[1]
+A_TASK_FILE = next(TASKS_DIR.glob("examples/*/*.json"))
+HELDOUT_FILE = DATA_DIR / "arithmetic_heldout.jsonl"
+
+_missing = [program for program in (*REQUIRED_PROGRAMS, "xfce4-terminal", "python3")
+            if not shutil.which(program)]
+pytestmark = pytest.mark.skipif(
+    bool(_missing),
+    reason=f"desktop programs missing: {', '.join(_missing)} (apt-get install -y "
+    f"--no-install-recommends {APT_PACKAGES})",
+)
+
+REPORT = "/home/user/report.txt"
+
+
+def call(name: str, **arguments: object) -> str:
+    return format_tool_call(name, arguments)
+
+
+def a_task(config: list[dict] | None = None, evaluator: dict | None = None) -> dict:
+    """A task in OSWorld's format: by default a terminal and an evaluator that reads a file."""
+    return {
+        "id": "escape-probe", "snapshot": "os", "related_apps": ["os"],
+        "instruction": "Do nothing.",
+        "config": config if config is not None else [
+            {"type": "launch", "parameters": {"command": ["xfce4-terminal"]}}],
+        "evaluator": evaluator or {
+            "func": "check_include_exclude",
+            "result": {"type": "vm_command_line", "command": "cat ~/report.txt", "shell": True},
+            "expected": {"type": "rule", "rules": {"include": ["never written"]}}},
+    }
+
+
+@pytest.fixture
+def env() -> Iterator[DesktopEnv]:
+    desktop = DesktopEnv()
+    yield desktop
+    desktop.close()
+
+
+@pytest.fixture
+def host_listener() -> Iterator[int]:
+    """A TCP server on the host's loopback, which the sandbox must not reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.fixture
+def host_process() -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(["sleep", "300"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def type_probes(env: DesktopEnv, probes: dict[str, str]) -> dict[str, str]:
+    """Type each probe at the terminal as `cmd && echo NAME:escaped || echo NAME:blocked`, then
+    read back what each said."""
+    lines = [f"( {command} ) >/dev/null 2>&1 && echo {name}:escaped >> {REPORT} "
+             f"|| echo {name}:blocked >> {REPORT}" for name, command in probes.items()]
+    for line in [*lines, f"echo done >> {REPORT}"]:
+        env.step(call("TYPING", text=line + "\n"))
+    session = env._session
+    assert session is not None
+    deadline = time.monotonic() + 60
+    while b"done" not in (session.read_file(REPORT) or b""):
+        assert time.monotonic() < deadline, "the typed probes never finished"
+        time.sleep(0.2)
+    report = (session.read_file(REPORT) or b"").decode()
+    return dict(line.split(":", 1) for line in report.splitlines() if ":" in line)
+
+
+def test_commands_typed_at_the_terminal_cannot_read_host_files(env: DesktopEnv) -> None:
+    env.reset(options={"task": a_task()})
+    probes = {
+        "shadow": "cat /etc/shadow",
+        "root_home": "ls /root",
+        "project": f"ls {PROJECT}",
+        "task_evaluators": f"cat {A_TASK_FILE}",
+        "heldout_answers": f"cat {HELDOUT_FILE}",
+        "virtualenv": f"ls {sys.prefix}",
+        "interpreter_prefix": f"ls {sys.base_prefix}/lib",
+        "host_tmp": "ls -d /tmp/agent-rl-desktop-*",
+        "ssh_keys": "ls /etc/ssh",
+        "sysfs": "ls /sys/class",
+    }
+    report = type_probes(env, probes | {"control": "cat /etc/passwd /usr/bin/python3"})
+    assert report.pop("control") == "escaped"  # what the apps need is there
+    assert report == dict.fromkeys(probes, "blocked")
+
+
+def test_commands_typed_at_the_terminal_cannot_write_outside_home_or_tmp(env: DesktopEnv) -> None:
+    env.reset(options={"task": a_task()})
+    targets = ["/usr/agent-rl-escape", "/etc/agent-rl-escape", "/agent-rl-escape",
+               "/var/agent-rl-escape", f"{PROJECT}/agent-rl-escape"]
+    report = type_probes(env, {f"write{index}": f"touch {target}"
+                               for index, target in enumerate(targets)}
+                         | {"home": "touch ~/fine", "tmp": "touch /tmp/fine"})
+    assert report.pop("home") == report.pop("tmp") == "escaped"  # the private folders work
+    assert set(report.values()) == {"blocked"}
+    assert not any(Path(target).exists() for target in targets)
+
+
+def test_commands_typed_at_the_terminal_reach_no_network_display_or_host_process(
+        env: DesktopEnv, host_listener: int, host_process: subprocess.Popen[bytes]) -> None:
+    with DesktopSession() as other:
+        env.reset(options={"task": a_task()})
+        connect = (f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
+                   f"{host_listener}), timeout=2)\"")
+        ptrace = (f"python3 -c \"import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, "
+                  f"{host_process.pid}, 0, 0) != 0)\"")
+        report = type_probes(env, {
+            "loopback": connect,
+            "internet": "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), "
+                        "timeout=2)\"",
+            "other_display": f"DISPLAY={other.display} xdotool getmouselocation",
+            "other_home": f"ls {other.home}",
+            "signal": f"kill -9 {host_process.pid}",
+            "trace": ptrace,
+            "see_host_pid": f"test -e /proc/{host_process.pid}/status",
+            "control": "python3 -c pass && DISPLAY=$DISPLAY xdotool getmouselocation",
+        })
+    assert report.pop("control") == "escaped"  # python3 and the own display work
+    assert report == dict.fromkeys(report, "blocked") and len(report) == 7
+    assert host_process.poll() is None
+
+
+def _sandboxed_processes(display: str) -> list[int]:
+    """Host pids of processes with this display in their environment that live in another PID
+    namespace than ours: the episode's sandboxed apps."""
+    own_namespace = os.readlink("/proc/self/ns/pid")
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and os.readlink(entry / "ns/pid") != own_namespace
+                    and f"DISPLAY={display}".encode() in (entry / "environ").read_bytes()):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _host_uid(pid: int) -> int:
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("Uid:"))
+    return int(line.split()[1])
+
+
+def test_no_app_of_the_desktop_is_host_root(env: DesktopEnv) -> None:
+    env.reset(options={"task": a_task()})
+    session = env._session
+    assert session is not None and session.display
+    pids = _sandboxed_processes(session.display)
+    assert len(pids) >= 2  # the session bus and the terminal at least
+    expected = session.host_uid if os.geteuid() == 0 else os.geteuid()
+    assert {_host_uid(pid) for pid in pids} == {expected}
+    assert expected != 0
+
+
+def test_a_hostile_set_up_step_reads_nothing_of_the_host(env: DesktopEnv) -> None:
+    steal = ("cat /etc/shadow /root/.bashrc > ~/stolen 2>&1; ls / > ~/listing; "
+             "ln -s /etc/shadow ~/shadow-link; ln -s /root ~/root-link")
+    task = a_task(
+        config=[{"type": "execute", "parameters": {"command": steal, "shell": True}}],
+        evaluator={"func": "compare_text_file",
+                   "result": {"type": "vm_file", "path": "/home/user/shadow-link"},
+                   "expected": {"type": "vm_file", "path": "/home/user/shadow-link"}})
+    env.reset(options={"task": task})
+    session = env._session
+    assert session is not None
+    stolen = (session.read_file("~/stolen") or b"").decode()
+    assert "No such file" in stolen and "root:" not in stolen
+    listing = set((session.read_file("~/listing") or b"").decode().split())
+    assert listing <= {"bin", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "proc",
+                       "sbin", "tmp", "usr", "var"}
+    # The evaluator's getters follow the links inside the sandbox, not on the host.
+    assert session.copy_out("~/shadow-link") is None
+    assert session.list_dir("~/root-link") is None
+    _, reward, terminated, _, _ = env.step(call("DONE"))
+    assert terminated and reward == 0.0
+
+
+def test_a_hostile_task_cannot_write_through_a_planted_link(env: DesktopEnv,
+                                                            tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original\n")
+    plant = f"ln -s {victim} ~/plant; ln -s /etc/agent-rl-escape ~/plant2"
+    for path in ("/home/user/plant", "/home/user/plant2"):
+        task = a_task(config=[
+            {"type": "execute", "parameters": {"command": plant, "shell": True}},
+            {"type": "create_file", "parameters": {"path": path, "content": "overwritten\n"}}])
+        with pytest.raises(DesktopFileError, match="could not write"):
+            env.reset(options={"task": task})
+    assert victim.read_text() == "original\n"
+    assert not Path("/etc/agent-rl-escape").exists()
+
+
+def test_a_task_may_upload_only_from_the_shipped_files(env: DesktopEnv) -> None:
+    task = a_task(config=[{"type": "upload_file", "parameters": {"files": [
+        {"local_path": "../../../../../../etc/shadow", "path": "/home/user/shadow"}]}}])
+    with pytest.raises(SetupError, match="outside .* the only folder a task may upload from"):
+        env.reset(options={"task": task})
+
+
+def test_files_the_env_puts_on_the_desktop_belong_to_the_desktop_user() -> None:
+    with DesktopSession() as session:
+        session.write_file("~/Documents/notes.txt", "hello\n")
+        assert session.read_file("/home/user/Documents/notes.txt") == b"hello\n"
+        assert session.list_dir("~/Documents") == ["notes.txt"]
+        result = session.run("echo more >> ~/Documents/notes.txt && cat ~/Documents/notes.txt",
+                             shell=True)
+        assert result.stdout == "hello\nmore\n"
+        with pytest.raises(ValueError, match="outside the episode's folders"):
+            session.write_file("/etc/agent-rl-escape", "x")
