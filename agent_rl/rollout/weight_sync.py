@@ -7,6 +7,17 @@ AsyncLLM runs its engine core in a child process and tensors passed to
 `collective_rpc("reload_weights", weights_iterator=...)` do not survive that trip in vLLM 0.32
 (they arrive as lists: "'list' object has no attribute 'dtype'"); writing and reading a 135M
 fp32 checkpoint on tmpfs takes well under a second.
+
+Tied embeddings. A model with `tie_word_embeddings` has one weight for its embedding and its
+lm_head, and HF checkpoints (and the learner's state dict) name it once, as the embedding.
+vLLM's in-place reload processes every layer apart (`model_loader/reload/layerwise.py`): a layer
+that receives no checkpoint weight keeps what `process_weights_after_loading` made of the old
+ones, which on the CPU is the lm_head's prepacked GEMM weight. The stock Llama then embeds with
+the new weights and projects with the old ones. So the reload names `lm_head.weight` too, as the
+embedding, whenever the engine's model ties them: the head reloads and repacks like any other
+layer through vLLM's own `load_weights` (a model that shares the tensor, like the matched one,
+skips the name). `tests/test_stock_reload.py` checks the stock engine against the learner
+after a reload, so a vLLM release that changes this fails there, not silently in a run.
 """
 
 from __future__ import annotations
@@ -25,6 +36,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 WEIGHTS_FILE = "model.safetensors"
+EMBEDDING = "model.embed_tokens.weight"
+TIED_HEAD = "lm_head.weight"
 
 
 class WeightVersionError(ValueError):
@@ -46,6 +59,20 @@ class WeightUpdateTiming:
 def cpu_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A detached CPU copy of a model's weights under its HF names, ready for `ray.put`."""
     return {name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()}
+
+
+def with_tied_head(state_dict: Mapping[str, torch.Tensor], tie_word_embeddings: bool
+                   ) -> Mapping[str, torch.Tensor]:
+    """`state_dict` as a reload of a tied model needs it: with `lm_head.weight` (the embedding)
+    when the model ties them and the dict names only the embedding (see the module docstring)."""
+    if not tie_word_embeddings or TIED_HEAD in state_dict or EMBEDDING not in state_dict:
+        return state_dict
+    return {**state_dict, TIED_HEAD: state_dict[EMBEDDING]}
+
+
+def ties_embeddings(engine: Any) -> bool:
+    """Whether the engine's model shares one weight between its embedding and its lm_head."""
+    return bool(getattr(engine.model_config.hf_config, "tie_word_embeddings", False))
 
 
 def scratch_dir() -> Path:
@@ -101,13 +128,17 @@ async def update_engine_weights(
     """Load `weights` (a state dict, or a checkpoint folder) into a running engine as `version`."""
     start = time.perf_counter()
     owned: Path | None = None
+    tied = ties_embeddings(engine)
     if isinstance(weights, str | Path):
         weights_dir = Path(weights)
-        if not any(weights_dir.glob("*.safetensors")):
+        files = sorted(weights_dir.glob("*.safetensors"))
+        if not files:
             raise FileNotFoundError(f"{weights_dir} holds no *.safetensors file to load weights from")
-    else:
+        if tied and TIED_HEAD not in _tensor_names(files):
+            weights = _load_tensors(files)  # an HF folder of a tied model: add the head below
+    if not isinstance(weights, str | Path):
         owned = scratch_dir()
-        weights_dir = write_weights(weights, owned)
+        weights_dir = write_weights(with_tied_head(weights, tied), owned)
     written = time.perf_counter()
     try:
         pause_s, load_s, resume_s = await reload_in_flight(engine, version, weights_dir)
@@ -124,3 +155,22 @@ async def update_engine_weights(
     )
     logger.info("weights v%d loaded in %.3fs", version, timing.total_s)
     return timing
+
+
+def _tensor_names(files: list[Path]) -> set[str]:
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            names.update(handle.keys())
+    return names
+
+
+def _load_tensors(files: list[Path]) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        tensors.update(load_file(str(path)))
+    return tensors
