@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["AssistantText", "Message", "MessagesSpace"]
+__all__ = ["AssistantText", "Message", "MessagesSpace", "image_part", "text_part"]
 
-Message = dict[str, str]
+# `content` is a string, or for vision-language models a list of parts in the OpenAI chat
+# format: `{"type": "text", "text": ...}` and `{"type": "image_url", "image_url": {"url": ...}}`.
+Message = dict[str, Any]
 
 _SAMPLE_WORDS = ("what", "is", "the", "answer", "tool", "call", "python", "42", "print", "x")
+
+
+def text_part(text: str) -> dict[str, Any]:
+    """A text part of a message's content list."""
+    return {"type": "text", "text": text}
+
+
+def image_part(png: bytes) -> dict[str, Any]:
+    """An image part of a message's content list: the PNG inline, as a data URL."""
+    return {"type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}
+
+
+def _is_part(part: Any) -> bool:
+    if not isinstance(part, dict):
+        return False
+    if part.get("type") == "text":
+        return isinstance(part.get("text"), str)
+    if part.get("type") == "image_url":
+        return isinstance(part.get("image_url"), dict) and isinstance(
+            part["image_url"].get("url"), str)
+    return False
 
 
 class AssistantText(spaces.Text):
@@ -44,8 +69,9 @@ class MessagesSpace(spaces.Space[list[Message]]):
     """Lists of chat messages `{"role": ..., "content": ..., optionally "name": ...}`.
 
     An element is a list of at most `max_messages` dicts whose `role` is one of `roles`, whose
-    `content` is a string of at most `max_content_length` characters and whose only other
-    allowed key is `name` (a string, used on tool messages).
+    `content` is a string of at most `max_content_length` characters (or a list of text and
+    image parts, see `Message`) and whose only other allowed key is `name` (a string, used on
+    tool messages).
     """
 
     def __init__(
@@ -74,10 +100,15 @@ class MessagesSpace(spaces.Space[list[Message]]):
             return False
         if not message.keys() <= {"role", "content", "name"}:
             return False
+        content = message["content"]
+        if isinstance(content, list):
+            content_ok = all(_is_part(part) for part in content) and sum(
+                len(part.get("text", "")) for part in content) <= self.max_content_length
+        else:
+            content_ok = isinstance(content, str) and len(content) <= self.max_content_length
         return (
             message["role"] in self.roles
-            and isinstance(message["content"], str)
-            and len(message["content"]) <= self.max_content_length
+            and content_ok
             and isinstance(message.get("name", ""), str)
         )
 

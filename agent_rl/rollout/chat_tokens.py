@@ -44,10 +44,19 @@ class ChatTokens:
             )
         self.tokenizer = tokenizer
         self.tools = list(tools) if tools else None
+        # A template that renders image parts names them; a text-only one would print the
+        # parts' Python repr into the prompt.
+        self.takes_images = "image" in str(tokenizer.chat_template)
         self._assistant_closing = self._find_assistant_closing()
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
         """The template's text for `messages`, optionally followed by the assistant's header."""
+        if not self.takes_images and any(_has_image(message) for message in messages):
+            raise ChatTemplateError(
+                "the environment sent an image (e.g. the desktop's observation='screenshot' or "
+                "'both'), but this model's chat template takes text only; use "
+                "observation='text' or a vision-language model whose template renders images"
+            )
         return self.tokenizer.apply_chat_template(
             list(messages),
             tools=self.tools,
@@ -124,6 +133,12 @@ class ChatTokens:
                 "generation prompt; incremental token ids need an append-only template"
             )
         return full[full.index(_SENTINEL) + len(_SENTINEL) :]
+
+
+def _has_image(message: Message) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") in ("image", "image_url") for part in content)
 
 
 class EpisodeTokens:

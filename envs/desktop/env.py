@@ -20,7 +20,7 @@ from envs.desktop.observe import Observer, screen_text
 from envs.desktop.recording import EpisodeRecorder, RecordedStep
 from envs.desktop.setup_steps import run_steps
 from envs.desktop.tasks import TaskFormatError, load_desktop_tasks, task_from_row
-from envs.spaces import AssistantText, MessagesSpace
+from envs.spaces import AssistantText, Message, MessagesSpace, image_part, text_part
 from envs.tool_calls import (
     MalformedToolCall,
     ToolCall,
@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 LAUNCH_WAIT_S = 2.0  # longest wait for the window of an app chosen from a menu
 
+OBSERVATIONS = ("text", "screenshot", "both")
 _PREAMBLE = """You operate a Linux desktop ({width}x{height} pixels) with a mouse and keyboard \
 to complete the user's task. Apps: {apps}. Right-click the empty desktop for the app menu; \
 Alt+F4 closes a window. After each turn you get a listing of the windows on screen with their \
@@ -72,9 +73,12 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
 
     ## Observation Space
     Chat messages (`MessagesSpace`). `reset` returns the system prompt (with the tools) and the
-    task instruction with the first screen listing. `step` returns one tool message per call
-    (the last one followed by the new screen listing), or one user message with feedback when
-    the turn had no valid call. Each step saves a screenshot PNG; its path is
+    task instruction with the first screen. `step` returns one tool message per call, or one
+    user message with feedback when the turn had no valid call, followed by the new screen.
+    With `observation="text"` (the default) the screen is the text listing, appended to the
+    last message; with "screenshot" or "both" it is a user message whose content is a list of
+    parts (OpenAI's chat format, which vision-language models' chat templates take): the
+    screenshot as an inline PNG, beside the listing for "both". Each step saves a screenshot PNG; its path is
     `env.last_screenshot`, and `env.timings` holds the last reset's and step's seconds. `info`
     holds only what the same seed reproduces (task id, turn, actions run, how it ended), plus
     `info["recording"]` at the end of an episode.
@@ -92,8 +96,9 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
     ## Arguments
     split: "train" or "heldout". categories: domains to keep (None = all).
     screen_width, screen_height: the virtual screen size.
-    max_turns: turn budget. record_dir: where to keep recordings (HTML, contact sheet);
-    None keeps screenshots only until the next reset. settle_s: pause after actions before the
+    max_turns: turn budget. observation: "text", "screenshot" or "both" (see Observation
+    Space). record_dir: where to keep recordings (HTML, contact sheet); None keeps screenshots
+    only until the next reset. settle_s: pause after actions before the
     screen is read. wait_s: length of the WAIT action. render_mode: None or "rgb_array".
 
     ## Examples
@@ -114,9 +119,14 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         settle_s: float = 0.08,
         wait_s: float = 1.0,
         render_mode: str | None = None,
+        observation: str = "text",
     ):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {', '.join(OBSERVATIONS)}, got "
+                             f"{observation!r}")
+        self.observation = observation
         self.split = split
         self.tasks = load_desktop_tasks(split, categories)
         self.dataset = self.tasks  # the env contract's name for the split's tasks
@@ -150,7 +160,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    ) -> tuple[list[Message], dict[str, Any]]:
         super().reset(seed=seed)
         started = time.perf_counter()
         self._end_episode()
@@ -177,18 +187,19 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         time.sleep(self.settle_s)
         observation, screenshot = self._observe(0)
         width, height = self.screen_size
-        messages = [
+        messages: list[Message] = [
             {
                 "role": "system",
                 "content": tools_system_prompt(
                     self.tools.values(), _PREAMBLE.format(width=width, height=height, apps=_apps())
                 ),
             },
-            {
-                "role": "user",
-                "content": f"Task: {task['instruction']}\n\nThe screen now:\n{observation}",
-            },
         ]
+        lead = f"Task: {task['instruction']}\n\n"
+        if self.observation == "text":
+            messages.append({"role": "user", "content": f"{lead}The screen now:\n{observation}"})
+        else:
+            messages.append(self._screen_message(lead, observation, screenshot))
         seconds = time.perf_counter() - started
         self._recorder.add(RecordedStep(0, "", [], "", observation, screenshot.name, 0.0, seconds))
         self.timings = {"reset_seconds": seconds}
@@ -216,6 +227,12 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             self._last_screenshot = np.asarray(image)
         self.last_screenshot = self._recorder.save_screenshot(image, index)
         return text, self.last_screenshot
+
+    def _screen_message(self, lead: str, listing: str, screenshot: Path) -> Message:
+        """The screen as a user message of parts: the screenshot, with the listing for "both"."""
+        text = (f"{lead}The screen now:\n{listing}" if self.observation == "both"
+                else f"{lead}The screen now (screenshot):")
+        return {"role": "user", "content": [text_part(text), image_part(screenshot.read_bytes())]}
 
     def _await_launched_window(self, before: tuple[set[int], set[int]]) -> None:
         """A menu closed during the step (an item was chosen): the app it starts takes a few
@@ -246,7 +263,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             raise TaskFormatError(f"no task {choice!r} in the {self.split} split")
         return choice
 
-    def step(self, action: str) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         if self._session is None or self._recorder is None:
             raise RuntimeError("DesktopEnv.step() called before reset()")
         if self._finished:
@@ -257,7 +274,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         calls = list(parsed.calls)
         if parsed.answer is not None:
             calls.append(ToolCall("DONE", {}))
-        messages: list[dict[str, str]] = []
+        messages: list[Message] = []
         ran: list[dict[str, Any]] = []
         if not parsed.valid_calls and parsed.answer is None:
             messages.append({"role": "user", "content": format_tool_feedback(parsed.errors)})
@@ -283,9 +300,11 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
             reward, evaluation_error = self._evaluate()
         observation, screenshot = self._observe(self._turn)
         feedback = "\n".join(message["content"] for message in messages)
-        if not terminated:
+        if not terminated and self.observation == "text":
             suffix = f"\n\nThe screen now:\n{observation}"
             messages[-1] = messages[-1] | {"content": messages[-1]["content"] + suffix}
+        elif not terminated:
+            messages.append(self._screen_message("", observation, screenshot))
         self._finished = terminated or truncated
         seconds = time.perf_counter() - started
         self._recorder.add(
