@@ -1,4 +1,5 @@
-"""`agent-rl desktop ...`: the desktop env's offline file cache."""
+"""`agent-rl desktop ...`: the desktop env's offline file cache, and how much of an OSWorld task
+set it runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(help="The desktop env's offline file cache.", no_args_is_help=True)
+app = typer.Typer(help="The desktop env's offline file cache and its OSWorld coverage.",
+                  no_args_is_help=True)
 cache_app = typer.Typer(help="Files OSWorld tasks download, served offline.",
                         no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
@@ -36,3 +38,50 @@ def cache_list() -> None:
     for url, entry in sorted(file_cache.entries().items()):
         table.add_row(url, entry["name"], entry["sha256"][:12])
     console.print(table)
+
+
+@app.command("coverage")
+def coverage(
+    folder: Annotated[Path, typer.Argument(
+        help="OSWorld's evaluation_examples folder (test_all.json, examples/<domain>/<id>.json), "
+             "or an OSWorld checkout that holds it.")],
+    index: Annotated[str, typer.Option(
+        help="The task index in FOLDER: {domain: [task id, ...]}.")] = "test_all.json",
+    json_out: Annotated[Path | None, typer.Option(
+        "--json", help="Also write the report, every task included, as JSON to this file.")] = None,
+) -> None:
+    """Per domain, the tasks whose format this env implements and those that also run here
+    (every app they need installed); then every missing step, getter, metric, option and app
+    with the number of tasks that need it, and the tasks that need an online account."""
+    import json
+
+    from envs.desktop.coverage import coverage_report, load_osworld_tasks
+
+    report = coverage_report(load_osworld_tasks(folder, index))
+    domains = report.domains()
+    table = Table("domain", "tasks", "format implemented", "runs here", "online (unsupported)",
+                  title=f"What runs of OSWorld ({folder / index})")
+    for row in domains:
+        table.add_row(row.domain, str(row.tasks), str(row.implemented), str(row.runnable),
+                      str(row.online))
+    total = report.to_json()["total"]
+    table.add_row("total", *(str(total[key]) for key in
+                             ("tasks", "implemented", "runnable", "online")), style="bold")
+    console.print(table)
+    if online := report.online_tasks():
+        online_table = Table("domain", "task", "needs",
+                             title="Need an online account (Google Drive, a login): unsupported")
+        for task in online:
+            online_table.add_row(task.domain, task.task_id, "; ".join(task.online))
+        console.print(online_table)
+    parts = Table("kind", "name", "tasks", title="Missing from the env (tasks that use it)")
+    for part, count in report.missing_parts():
+        parts.add_row(part.kind, part.name, str(count))
+    console.print(parts)
+    apps = Table("app", "tasks", title="Missing on this machine (tasks that need it)")
+    for name, count in report.missing_apps():
+        apps.add_row(name, str(count))
+    console.print(apps)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        console.print(f"wrote {json_out}")

@@ -1,0 +1,209 @@
+"""`agent-rl desktop coverage`: what of an OSWorld task set this env runs, checked on a fixture
+folder in OSWorld's layout (`tests/data/osworld_coverage/`, tasks authored in OSWorld's format).
+No X server starts: coverage is a function of the task files and of what is installed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent_rl.cli.desktop import app
+from agent_rl.cli.main import is_user_error
+from envs.desktop.coverage import (
+    GETTER_KEYS,
+    METRIC_OPTIONS,
+    STEP_PARAMETERS,
+    CoverageError,
+    Part,
+    coverage_report,
+    load_osworld_tasks,
+    needs_google_drive,
+    task_coverage,
+)
+from envs.desktop.evaluate import GETTERS, METRICS
+from envs.desktop.setup_steps import SUPPORTED_STEPS
+from envs.desktop.tasks import check_task
+
+FIXTURE = Path(__file__).parent / "data" / "osworld_coverage"
+runner = CliRunner()
+
+
+BASE_SYSTEM = ("touch", "mkdir", "ls", "cat", "python3")
+
+
+def installed_only(*programs: str):
+    """A machine with the base system, `programs` and no Python module beyond the stdlib."""
+    return lambda app: any(program in (*BASE_SYSTEM, *programs) for program in app.programs)
+
+
+def tasks_by_id() -> dict[str, tuple[str, dict]]:
+    return {task["id"]: (domain, task) for domain, task in load_osworld_tasks(FIXTURE)}
+
+
+def coverage_of(task_id: str, *programs: str):
+    domain, task = tasks_by_id()[task_id]
+    return task_coverage(task, domain, installed_only(*programs))
+
+
+def test_every_registered_step_getter_and_metric_declares_the_options_it_handles() -> None:
+    assert set(STEP_PARAMETERS) == set(SUPPORTED_STEPS)
+    assert set(GETTER_KEYS) == set(GETTERS)
+    assert set(METRIC_OPTIONS) == set(METRICS)
+
+
+def test_the_fixture_loads_in_the_order_of_its_index() -> None:
+    index = json.loads((FIXTURE / "test_all.json").read_text())
+    pairs = load_osworld_tasks(FIXTURE)
+    assert [(domain, task["id"]) for domain, task in pairs] == [
+        (domain, task_id) for domain, task_ids in index.items() for task_id in task_ids]
+
+
+def test_an_osworld_checkout_is_found_above_its_evaluation_examples(tmp_path) -> None:
+    (tmp_path / "evaluation_examples").symlink_to(FIXTURE.resolve())
+    assert len(load_osworld_tasks(tmp_path)) == len(load_osworld_tasks(FIXTURE))
+
+
+def test_a_missing_index_or_task_file_is_an_error_naming_it(tmp_path) -> None:
+    with pytest.raises(CoverageError, match="test_all.json does not exist"):
+        load_osworld_tasks(tmp_path)
+    (tmp_path / "test_all.json").write_text(json.dumps({"os": ["gone"]}))
+    with pytest.raises(CoverageError, match=r"os/gone.*examples/os/gone.json does not exist"):
+        load_osworld_tasks(tmp_path)
+
+
+def test_a_task_of_supported_parts_is_implemented_and_runs_where_its_apps_are() -> None:
+    echo = coverage_of("os-echo-into-file", "xfce4-terminal")
+    assert echo.implemented and echo.runnable
+    nothing = coverage_of("os-echo-into-file")
+    assert nothing.implemented and not nothing.runnable
+    assert nothing.missing_apps == ("terminal", "gnome-terminal")
+
+
+def test_osworld_gnome_apps_count_as_installed_where_this_desktop_stands_in_for_them() -> None:
+    # The task launches gnome-terminal; the desktop starts xfce4-terminal (or xterm) instead.
+    assert coverage_of("os-echo-into-file", "xterm").runnable
+    assert coverage_of("multi-notes-from-the-web", "mousepad", "xterm").missing_apps == ()
+
+
+def test_related_apps_and_launched_programs_map_to_the_programs_they_need() -> None:
+    calc = coverage_of("calc-infeasible-macro")  # related_apps "libreoffice calc", as OSWorld spells it
+    assert calc.implemented and calc.missing_apps == ("libreoffice",)
+    assert coverage_of("calc-infeasible-macro", "soffice").missing_apps == ("libreoffice",)
+    assert coverage_of("calc-infeasible-macro", "libreoffice", "soffice").runnable
+    assert coverage_of("chrome-open-docs-tab", "chromium").missing_apps == ("google-chrome",
+                                                                           "socat")
+    assert coverage_of("vlc-minimal-view").missing_apps == ("vlc",)
+    assert coverage_of("gimp-list-layers").missing_apps == ("gimp",)
+
+
+def test_a_python_step_needs_the_modules_it_imports_in_the_desktops_python() -> None:
+    focus = coverage_of("os-focus-with-pyautogui", "xfce4-terminal")
+    assert focus.implemented and not focus.runnable
+    assert focus.missing_apps == ("pyautogui (python3 module)",)
+    domain, task = tasks_by_id()["os-focus-with-pyautogui"]
+    with_pyautogui = task_coverage(task, domain, lambda app: True)
+    assert with_pyautogui.runnable
+
+
+def test_an_option_a_supported_part_does_not_handle_leaves_the_task_unimplemented() -> None:
+    layers = coverage_of("gimp-list-layers", "gimp")
+    assert Part("option", "literal_match.type") in layers.missing_parts
+    assert not layers.implemented and not layers.runnable
+    reports = coverage_of("multi-two-reports", "xfce4-terminal")
+    assert {Part("option", "vm_file.multi"), Part("option", "vm_file.gives")} <= set(
+        reports.missing_parts)
+    stdout = coverage_of("os-list-with-stdout", "xfce4-terminal")
+    assert Part("option", "execute.stdout") in stdout.missing_parts
+
+
+def test_opening_a_file_the_text_editor_cannot_stand_for_is_missing() -> None:
+    sums = coverage_of("calc-sum-column", "libreoffice")
+    assert Part("option", "open.path *.xlsx (xdg-open's app for it)") in sums.missing_parts
+    assert Part("metric", "compare_table") in sums.missing_parts
+
+
+def test_what_check_task_refuses_is_never_implemented() -> None:
+    for domain, task in load_osworld_tasks(FIXTURE):
+        coverage = task_coverage(task, domain, lambda app: True)
+        try:
+            check_task(task)
+        except ValueError:
+            assert not coverage.implemented, task["id"]
+
+
+def test_a_task_without_config_is_named_as_check_task_refuses_it() -> None:
+    no_config = coverage_of("os-no-config", "xfce4-terminal")
+    assert [part.kind for part in no_config.missing_parts] == ["task"]
+    assert "lacks config" in no_config.missing_parts[0].name
+
+
+def test_google_drive_and_login_tasks_are_named_online_and_never_count() -> None:
+    drive = coverage_of("calc-to-google-drive", "libreoffice", "chromium")
+    assert drive.online == ("googledrive step", "login step", "googledrive_file getter")
+    assert not drive.implemented and not drive.runnable
+    assert coverage_of("chrome-login-and-star").online == ("login step",)
+    folder = coverage_of("chrome-drive-folder", "google-chrome")
+    assert folder.online == ("Google Drive page https://drive.google.com/drive/folders/"
+                             "fixture-folder",)
+
+
+def test_drive_download_links_are_plain_downloads_and_drive_pages_are_online() -> None:
+    assert not needs_google_drive("https://drive.google.com/uc?id=abc&export=download")
+    assert not needs_google_drive("https://drive.usercontent.google.com/download?id=abc&confirm=t")
+    assert not needs_google_drive("https://files.example.org/notes.txt")
+    assert needs_google_drive("https://drive.google.com/drive/folders/abc")
+    assert needs_google_drive("https://docs.google.com/spreadsheets/d/abc/edit")
+
+
+def test_the_report_counts_per_domain_and_ranks_missing_parts_and_apps() -> None:
+    report = coverage_report(load_osworld_tasks(FIXTURE),
+                             installed_only("xfce4-terminal", "mousepad", "libreoffice"))
+    domains = {row.domain: row for row in report.domains()}
+    assert list(domains) == ["os", "libreoffice_calc", "chrome", "vlc", "gimp", "multi_apps"]
+    assert (domains["os"].tasks, domains["os"].implemented, domains["os"].runnable) == (4, 2, 1)
+    assert (domains["libreoffice_calc"].implemented, domains["libreoffice_calc"].runnable,
+            domains["libreoffice_calc"].online) == (1, 1, 1)
+    assert domains["chrome"].online == 2
+    assert [task.task_id for task in report.online_tasks()] == [
+        "calc-to-google-drive", "chrome-login-and-star", "chrome-drive-folder"]
+    counts = [count for _, count in report.missing_parts()]
+    assert counts == sorted(counts, reverse=True)
+    apps = dict(report.missing_apps())
+    assert apps["pyautogui (python3 module)"] == 2  # online tasks are not counted
+    assert "libreoffice" not in apps and "terminal" not in apps
+    # The online tasks' own gaps (compare_table via Drive) are left out of the counts.
+    assert dict(report.missing_parts())[Part("metric", "compare_table")] == 1
+
+
+def test_the_command_prints_the_tables_and_writes_the_same_as_json(tmp_path) -> None:
+    out = tmp_path / "coverage.json"
+    result = runner.invoke(app, ["coverage", str(FIXTURE), "--json", str(out)],
+                           terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for text in ("What runs of OSWorld", "libreoffice_calc", "implemented", "runs here",
+                 "calc-to-google-drive", "googledrive step", "compare_table", "execute.stdout"):
+        assert text in result.output
+    data = json.loads(out.read_text())
+    assert data["total"]["tasks"] == 14 and data["total"]["online"] == 3
+    assert {row["domain"] for row in data["domains"]} == {
+        "os", "libreoffice_calc", "chrome", "vlc", "gimp", "multi_apps"}
+    assert {"kind": "metric", "name": "compare_table", "tasks": 1} in data["missing_parts"]
+    assert [task["id"] for task in data["online"]] == [
+        "calc-to-google-drive", "chrome-login-and-star", "chrome-drive-folder"]
+    assert len(data["tasks"]) == 14
+
+
+def test_a_wrong_folder_is_an_error_the_cli_prints_as_one_line(tmp_path) -> None:
+    result = runner.invoke(app, ["coverage", str(tmp_path)])
+    assert isinstance(result.exception, CoverageError) and is_user_error(result.exception)
+
+
+def test_an_unknown_related_app_is_needed_under_its_own_name() -> None:
+    task = {"id": "t", "instruction": "Tag the MP3s.", "config": [], "related_apps": ["Picard"],
+            "evaluator": {"func": "infeasible"}}
+    assert task_coverage(task, "multi_apps", lambda app: False).missing_apps == ("picard",)
+    assert task_coverage(task | {"related_apps": ["pdf", "image"]}, "multi_apps",
+                         lambda app: False).missing_apps == ()
