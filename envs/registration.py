@@ -18,6 +18,8 @@ register(id="agent_rl/PythonTool-v0", entry_point="envs.python_tool:PythonToolEn
          disable_env_checker=True)
 register(id="agent_rl/Desktop-v0", entry_point="envs.desktop:DesktopEnv",
          disable_env_checker=True)
+register(id="agent_rl/DesktopGen-v0", entry_point="envs.desktop:DesktopEnv",
+         kwargs={"task_source": "generated"}, disable_env_checker=True)
 register(id="agent_rl/WordCount-v0", entry_point="envs.examples.word_count_env:load_environment",
          disable_env_checker=True)
 register(id="agent_rl/Parity-v0", entry_point="envs.examples.parity_env:ParityEnv",
@@ -26,6 +28,7 @@ register(id="agent_rl/Parity-v0", entry_point="envs.examples.parity_env:ParityEn
 ENV_IDS: tuple[str, ...] = (
     "agent_rl/PythonTool-v0",
     "agent_rl/Desktop-v0",
+    "agent_rl/DesktopGen-v0",
     "agent_rl/WordCount-v0",
     "agent_rl/Parity-v0",
 )

@@ -16,6 +16,7 @@ from envs.desktop.apps import app_command
 from envs.desktop.display import ROOT_MENU_LABELS, VM_HOME, DesktopSession
 from envs.desktop.evaluate import EvalContext, evaluate
 from envs.desktop.file_cache import MissingDownload, explain_missing, missing_downloads
+from envs.desktop.generate import load_generated_tasks
 from envs.desktop.observe import Observer, screen_text
 from envs.desktop.recording import EpisodeRecorder, RecordedStep
 from envs.desktop.setup_steps import run_steps
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 LAUNCH_WAIT_S = 2.0  # longest wait for the window of an app chosen from a menu
 
 OBSERVATIONS = ("text", "screenshot", "both")
+TASK_SOURCES = ("shipped", "generated")
 _PREAMBLE = """You operate a Linux desktop ({width}x{height} pixels) with a mouse and keyboard \
 to complete the user's task. Apps: {apps}. Right-click the empty desktop for the app menu; \
 Alt+F4 closes a window. After each turn you get a listing of the windows on screen with their \
@@ -95,6 +97,9 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
 
     ## Arguments
     split: "train" or "heldout". categories: domains to keep (None = all).
+    task_source: "shipped" (the task files in `envs/desktop/tasks/`) or "generated" (many
+    instances of the same kinds, `envs.desktop.generate`; `agent_rl/DesktopGen-v0`), each with
+    its own train and held-out split.
     screen_width, screen_height: the virtual screen size.
     max_turns: turn budget. observation: "text", "screenshot" or "both" (see Observation
     Space). record_dir: where to keep recordings (HTML, contact sheet); None keeps screenshots
@@ -104,6 +109,7 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
     ## Examples
     >>> env = gymnasium.make("agent_rl/Desktop-v0", split="train")
     >>> messages, info = env.reset(seed=0)
+    >>> generated = gymnasium.make("agent_rl/DesktopGen-v0", split="heldout")  # 64 instances
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 1}
@@ -120,15 +126,21 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
         wait_s: float = 1.0,
         render_mode: str | None = None,
         observation: str = "text",
+        task_source: str = "shipped",
     ):
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         if observation not in OBSERVATIONS:
             raise ValueError(f"observation must be one of {', '.join(OBSERVATIONS)}, got "
                              f"{observation!r}")
+        if task_source not in TASK_SOURCES:
+            raise ValueError(f"task_source must be one of {', '.join(TASK_SOURCES)}, got "
+                             f"{task_source!r}")
         self.observation = observation
         self.split = split
-        self.tasks = load_desktop_tasks(split, categories)
+        self.task_source = task_source
+        load = load_desktop_tasks if task_source == "shipped" else load_generated_tasks
+        self.tasks = load(split, categories)
         self.dataset = self.tasks  # the env contract's name for the split's tasks
         self.screen_size = (screen_width, screen_height)
         self.max_turns = max_turns
