@@ -18,6 +18,7 @@ from envs.desktop.evaluate import EvalContext, evaluate
 from envs.desktop.file_cache import MissingDownload, explain_missing, missing_downloads
 from envs.desktop.generate import load_generated_tasks
 from envs.desktop.observe import Observer, screen_text
+from envs.desktop.oracle import DesktopOracle
 from envs.desktop.recording import EpisodeRecorder, RecordedStep
 from envs.desktop.setup_steps import run_steps
 from envs.desktop.tasks import TaskFormatError, load_desktop_tasks, task_from_row
@@ -260,6 +261,11 @@ class DesktopEnv(gymnasium.Env[list[dict[str, str]], str]):
                 time.sleep(self.settle_s)  # let it draw its first frame
                 return
             time.sleep(0.02)
+
+    def oracle_policy(self, task: dict[str, Any]) -> DesktopOracle:
+        """The scripted oracle that solves a generated task (`envs.desktop.oracle`): the policy
+        the demonstration maker plays. A shipped task has no oracle here (OracleError)."""
+        return DesktopOracle(task)
 
     def _task_row(self, choice: Any) -> dict[str, Any]:
         """`options["task"]` as a task row: a row or task itself, an index, or a task id."""
