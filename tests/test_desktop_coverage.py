@@ -1,10 +1,16 @@
 """`agent-rl desktop coverage`: what of an OSWorld task set this env runs, checked on a fixture
 folder in OSWorld's layout (`tests/data/osworld_coverage/`, tasks authored in OSWorld's format).
-No X server starts: coverage is a function of the task files and of what is installed."""
+No X server starts: coverage is a function of the task files and of what is installed.
+
+Then OSWorld's `cloud_file` and `cache_file` getters, which the coverage showed most tasks
+need: served from the offline file cache with each of their options, and through a real
+desktop episode."""
 
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,6 +18,8 @@ from typer.testing import CliRunner
 
 from agent_rl.cli.desktop import app
 from agent_rl.cli.main import is_user_error
+from envs.desktop import DesktopEnv, file_cache
+from envs.desktop.apps import APT_PACKAGES
 from envs.desktop.coverage import (
     GETTER_KEYS,
     METRIC_OPTIONS,
@@ -23,12 +31,20 @@ from envs.desktop.coverage import (
     needs_google_drive,
     task_coverage,
 )
-from envs.desktop.evaluate import GETTERS, METRICS
+from envs.desktop.display import REQUIRED_PROGRAMS
+from envs.desktop.evaluate import GETTERS, METRICS, EvalContext, evaluate, task_cache_dir
+from envs.desktop.file_cache import MissingDownload
 from envs.desktop.setup_steps import SUPPORTED_STEPS
 from envs.desktop.tasks import check_task
+from envs.tool_calls import format_tool_call
 
 FIXTURE = Path(__file__).parent / "data" / "osworld_coverage"
 runner = CliRunner()
+_missing = [program for program in (*REQUIRED_PROGRAMS, "xfce4-terminal")
+            if not shutil.which(program)]
+needs_desktop = pytest.mark.skipif(
+    bool(_missing), reason=f"desktop programs missing: {', '.join(_missing)} (apt-get install -y "
+    f"--no-install-recommends {APT_PACKAGES})")
 
 
 BASE_SYSTEM = ("touch", "mkdir", "ls", "cat", "python3")
@@ -207,3 +223,158 @@ def test_an_unknown_related_app_is_needed_under_its_own_name() -> None:
     assert task_coverage(task, "multi_apps", lambda app: False).missing_apps == ("picard",)
     assert task_coverage(task | {"related_apps": ["pdf", "image"]}, "multi_apps",
                          lambda app: False).missing_apps == ()
+
+
+# --- cloud_file and cache_file -------------------------------------------------------------
+
+NOTES_URL = "https://drive.google.com/uc?id=fixture-notes&export=download"
+GOLD_URL = "https://drive.usercontent.google.com/download?id=fixture-gold&export=download"
+
+
+@dataclass
+class EpisodeFolder:
+    """The part of a desktop session the two getters touch: its host folder."""
+
+    root: Path
+
+
+@pytest.fixture
+def cached(tmp_path, monkeypatch) -> dict[str, bytes]:
+    """An offline cache (in a fresh AGENT_RL_HOME) holding NOTES_URL and GOLD_URL."""
+    monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "home"))
+    files = {NOTES_URL: b"first\nsecond\n", GOLD_URL: b"second\n"}
+    for index, (url, data) in enumerate(files.items()):
+        local = tmp_path / f"download-{index}"
+        local.write_bytes(data)
+        file_cache.add(url, local)
+    return files
+
+
+def context_in(folder: Path) -> EvalContext:
+    folder.mkdir(exist_ok=True)
+    return EvalContext(session=EpisodeFolder(folder), observer=None, ended_by="DONE")
+
+
+def test_cloud_file_gives_the_cached_file_under_its_dest_name(cached, tmp_path) -> None:
+    context = context_in(tmp_path / "episode")
+    path = GETTERS["cloud_file"](context, {"type": "cloud_file", "path": GOLD_URL,
+                                           "dest": "summary_gold.txt"})
+    assert Path(path) == task_cache_dir(context.session) / "summary_gold.txt"
+    assert Path(path).read_bytes() == cached[GOLD_URL]
+    Path(path).write_text("a metric that scribbles")
+    assert file_cache.lookup(GOLD_URL).read_bytes() == cached[GOLD_URL]  # the cache is intact
+
+
+def test_cloud_file_multi_gives_the_files_gives_picks_in_path_order(cached, tmp_path) -> None:
+    context = context_in(tmp_path / "episode")
+    both = {"type": "cloud_file", "multi": True, "path": [NOTES_URL, GOLD_URL],
+            "dest": ["notes.txt", "gold.txt"]}
+    first = GETTERS["cloud_file"](context, both)  # gives defaults to [0]: one path, not a list
+    assert Path(first).name == "notes.txt"
+    given = GETTERS["cloud_file"](context, both | {"gives": [1, 0]})
+    assert [Path(path).name for path in given] == ["notes.txt", "gold.txt"]
+    assert [Path(path).read_bytes() for path in given] == [cached[NOTES_URL], cached[GOLD_URL]]
+    assert Path(GETTERS["cloud_file"](context, both | {"gives": [1]})).name == "gold.txt"
+
+
+def test_cloud_file_names_every_url_the_cache_lacks_and_how_to_add_it(cached, tmp_path) -> None:
+    context = context_in(tmp_path / "episode")
+    absent = ["https://files.example.org/absent-a.xlsx", "https://files.example.org/absent-b.xlsx"]
+    config = {"type": "cloud_file", "multi": True, "path": [GOLD_URL, *absent],
+              "dest": ["gold.txt", "a.xlsx", "b.xlsx"], "gives": [0]}
+    with pytest.raises(MissingDownload, match=r"2 file\(s\).*absent-a.xlsx, .*absent-b.xlsx.*"
+                       r"agent-rl desktop cache add"):
+        GETTERS["cloud_file"](context, config)
+    with pytest.raises(ValueError, match="3 URLs in 'path' but 2 names"):
+        GETTERS["cloud_file"](context, config | {"dest": ["gold.txt", "a.xlsx"]})
+
+
+def test_cache_file_reads_what_the_task_cache_holds_and_nothing_outside_it(tmp_path) -> None:
+    context = context_in(tmp_path / "episode")
+    (task_cache_dir(context.session) / "ls.out").write_text("a.log\nb.log\n")
+    path = GETTERS["cache_file"](context, {"type": "cache_file", "path": "ls.out"})
+    assert Path(path).read_text() == "a.log\nb.log\n"
+    assert GETTERS["cache_file"](context, {"type": "cache_file", "path": "never.out"}) is None
+    with pytest.raises(ValueError, match="leaves the task cache"):
+        GETTERS["cache_file"](context, {"type": "cache_file", "path": "../../etc/passwd"})
+
+
+@pytest.mark.usefixtures("cached")
+def test_missing_downloads_lists_cloud_file_urls_before_a_reset_starts_anything() -> None:
+    _, task = tasks_by_id()["multi-two-reports"]  # cloud_file URLs only, none cached
+    assert file_cache.missing_downloads(task) == [
+        "https://drive.google.com/uc?id=fixture-report-a&export=download",
+        "https://drive.google.com/uc?id=fixture-report-b&export=download"]
+    _, task = tasks_by_id()["multi-notes-from-the-web"]  # a download step and a multi cloud_file
+    assert file_cache.missing_downloads(task) == [
+        "https://files.example.org/notes.txt", "https://files.example.org/summary.txt"]
+    shared = {"id": "t", "config": [{"type": "download", "parameters": {"files": [
+        {"url": NOTES_URL, "path": "/home/user/notes.txt"}]}}],
+        "evaluator": {"func": "compare_text_file",
+                      "result": {"type": "cloud_file", "path": GOLD_URL, "dest": "a.txt"},
+                      "expected": {"type": "cloud_file", "path": GOLD_URL, "dest": "b.txt"}}}
+    assert file_cache.missing_downloads(shared) == []
+
+
+def summary_task() -> dict:
+    """A task in OSWorld's format whose evaluator compares a desktop file (vm_file) with the
+    second of two expected files from the web (cloud_file, multi, gives)."""
+    return {
+        "id": "summary-from-the-web", "snapshot": "os", "related_apps": ["os"],
+        "instruction": "Write the second line of ~/notes.txt into ~/summary.txt.",
+        "config": [{"type": "download", "parameters": {"files": [
+            {"url": NOTES_URL, "path": "/home/user/notes.txt"}]}},
+                   {"type": "launch", "parameters": {"command": ["xfce4-terminal"]}}],
+        "evaluator": {"func": "compare_text_file",
+                      "result": {"type": "vm_file", "path": "/home/user/summary.txt",
+                                 "dest": "summary.txt"},
+                      "expected": {"type": "cloud_file", "multi": True,
+                                   "path": [NOTES_URL, GOLD_URL],
+                                   "dest": ["notes.txt", "summary_gold.txt"], "gives": [1]},
+                      "options": {"ignore_blanks": True}},
+    }
+
+
+def test_a_task_using_both_getters_passes_check_task_and_scores_what_they_read(
+    cached, tmp_path
+) -> None:
+    task = {"id": "listing", "instruction": "Move the logs.", "config": [],
+            "evaluator": {"func": "compare_text_file",
+                          "result": {"type": "cache_file", "path": "ls.out"},
+                          "expected": {"type": "cloud_file", "path": GOLD_URL, "dest": "ls.gold"}}}
+    check_task(task)
+    check_task(summary_task())
+    assert task_coverage(task, "os", lambda app: True).runnable
+    context = context_in(tmp_path / "episode")
+    assert evaluate(task["evaluator"], context) == 0.0  # nothing wrote ls.out
+    (task_cache_dir(context.session) / "ls.out").write_bytes(cached[GOLD_URL])
+    assert evaluate(task["evaluator"], context) == 1.0
+    (task_cache_dir(context.session) / "ls.out").write_text("first\n")
+    assert evaluate(task["evaluator"], context) == 0.0
+
+
+def test_the_fixture_task_with_a_multi_cloud_file_is_now_implemented() -> None:
+    notes = coverage_of("multi-notes-from-the-web", "xfce4-terminal", "mousepad")
+    assert notes.implemented and notes.runnable
+
+
+@needs_desktop
+@pytest.mark.usefixtures("cached")
+def test_a_cloud_file_task_scores_a_scripted_solution_1_and_a_no_op_0() -> None:
+    env = DesktopEnv()
+    try:
+        task = summary_task()
+        env.reset(options={"task": task})
+        assert env.step(format_tool_call("DONE", {}))[1] == 0.0  # no summary.txt
+        env.reset(options={"task": task})
+        env.step(format_tool_call("TYPING", {"text": "sed -n 2p ~/notes.txt > ~/summary.txt\n"}))
+        env.step(format_tool_call("WAIT", {}))
+        assert env.step(format_tool_call("DONE", {}))[1] == 1.0
+        absent = "https://files.example.org/absent-gold.txt"
+        expected = task["evaluator"]["expected"] | {"path": [NOTES_URL, absent]}
+        missing = task | {"evaluator": task["evaluator"] | {"expected": expected}}
+        with pytest.raises(MissingDownload, match="absent-gold.txt.*agent-rl desktop cache add"):
+            env.reset(options={"task": missing})
+        assert env.display is None  # refused before any X server started
+    finally:
+        env.close()

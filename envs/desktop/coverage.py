@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 
 from envs.desktop.apps import APPS, OSWORLD_APPS
 from envs.desktop.evaluate import GETTERS, INFEASIBLE, METRICS
+from envs.desktop.file_cache import task_urls
 from envs.desktop.setup_steps import SUPPORTED_STEPS
 from envs.desktop.tasks import TaskFormatError, UnsupportedTaskParts, check_task
 from envs.errors import EnvsError
@@ -81,6 +82,8 @@ GETTER_KEYS: dict[str, frozenset[str]] = {
     "window_titles": frozenset(),
     "active_window_title": frozenset(),
     "accessibility_tree": frozenset(),
+    "cloud_file": frozenset({"path", "dest", "multi", "gives"}),
+    "cache_file": frozenset({"path"}),
 }
 # The `options` each metric takes. OSWorld's `literal_match` also takes `type: list`.
 METRIC_OPTIONS: dict[str, frozenset[str]] = {
@@ -217,14 +220,6 @@ def _steps(task: dict[str, Any]) -> list[dict[str, Any]]:
             if isinstance(step, dict)]
 
 
-def _task_urls(task: dict[str, Any]) -> list[str]:
-    urls = [entry.get("url") for step in _steps(task) if step.get("type") == "download"
-            for entry in step.get("parameters", {}).get("files", [])]
-    urls += [url for getter in _getters(task.get("evaluator") or {})
-             if getter.get("type") == "cloud_file" for url in _as_list(getter.get("path"))]
-    return [url for url in urls if isinstance(url, str)]
-
-
 def needs_google_drive(url: str) -> bool:
     """Whether `url` is a Google Drive or Docs page rather than a plain file download link
     (`drive.google.com/uc?id=...`, `drive.usercontent.google.com/download?id=...`), which
@@ -243,7 +238,8 @@ def _online_reasons(task: dict[str, Any]) -> list[str]:
                if step.get("type") in ONLINE_STEPS]
     reasons += [ONLINE_GETTERS[getter.get("type")] for getter in
                 _getters(task.get("evaluator") or {}) if getter.get("type") in ONLINE_GETTERS]
-    reasons += [f"Google Drive page {url}" for url in _task_urls(task) if needs_google_drive(url)]
+    reasons += [f"Google Drive page {url}" for url in task_urls(task)
+                if isinstance(url, str) and needs_google_drive(url)]
     return list(dict.fromkeys(reasons))
 
 

@@ -10,11 +10,13 @@ and `accessibility_tree` are ours and read the X server.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from envs.desktop import file_cache
 from envs.desktop.display import DesktopSession
 from envs.desktop.observe import Observer, screen_text
 
@@ -25,6 +27,7 @@ __all__ = [
     "UnsupportedEvaluator",
     "check_evaluator",
     "evaluate",
+    "task_cache_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -93,6 +96,67 @@ def get_accessibility_tree(context: EvalContext, config: dict[str, Any]) -> str:
     return screen_text(context.observer, context.session)
 
 
+def task_cache_dir(session: DesktopSession) -> Path:
+    """The episode's counterpart of OSWorld's per-task `cache_dir`: where `cloud_file` leaves
+    the expected files and `cache_file` reads from. It lies on the host beside the episode's
+    folders, out of the desktop's reach."""
+    folder = session.root / "task-cache"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def _file_name(dest: Any) -> str:
+    """`dest` as a file name in the task cache: its last part, so no name leaves the folder."""
+    name = PurePosixPath(str(dest)).name
+    if name in ("", ".", ".."):
+        raise ValueError(f"{dest!r} is not a file name; a getter's 'dest' names the file the "
+                         "evaluator saves, such as 'expected.xlsx'")
+    return name
+
+
+def get_cloud_file(context: EvalContext, config: dict[str, Any]) -> str | list[str]:
+    """OSWorld's `cloud_file`: expected files from the web, here served by the offline file
+    cache (`file_cache`) and copied into the task cache under their `dest` names.
+
+    `path` is a URL and `dest` its file name; with `multi: true` both are lists, and `gives`
+    (default `[0]`) picks which files the metric gets, in the order of `path`. One file given
+    is returned as its host path, several as a list of them.
+
+    Raises:
+        MissingDownload: the cache lacks a URL (all of them named, with how to add them).
+    """
+    multi = bool(config.get("multi", False))
+    urls = list(config["path"]) if multi else [config["path"]]
+    dests = list(config["dest"]) if multi else [config["dest"]]
+    if len(urls) != len(dests):
+        raise ValueError(f"cloud_file has {len(urls)} URLs in 'path' but {len(dests)} names in "
+                         "'dest'; give one name per URL")
+    if missing := [url for url in urls if file_cache.lookup(url) is None]:
+        raise file_cache.MissingDownload(file_cache.explain_missing(None, missing))
+    folder = task_cache_dir(context.session)
+    gives = set(config.get("gives", [0]))
+    given = []
+    for index, (url, dest) in enumerate(zip(urls, dests, strict=True)):
+        target = folder / _file_name(dest)
+        shutil.copyfile(file_cache.lookup(url), target)  # a metric may not alter the cache
+        if index in gives:
+            given.append(str(target))
+    return given[0] if len(given) == 1 else given
+
+
+def get_cache_file(context: EvalContext, config: dict[str, Any]) -> str | None:
+    """OSWorld's `cache_file`: the host path of the file named `path` in the task cache, or
+    None when nothing left it there (OSWorld asserts that it exists; here the metric gets
+    None and scores 0). In OSWorld, set-up commands with a `stdout` option write such files;
+    this env's `execute` does not take that option yet, so only `cloud_file` fills the cache."""
+    folder = task_cache_dir(context.session).resolve()
+    path = (folder / str(config["path"])).resolve()
+    if not path.is_relative_to(folder):
+        raise ValueError(f"cache_file's path {config['path']!r} leaves the task cache; name a "
+                         "file in it, such as 'ls.out'")
+    return str(path) if path.is_file() else None
+
+
 GETTERS: dict[str, Callable[[EvalContext, dict[str, Any]], Any]] = {
     "vm_command_line": get_vm_command_line,
     "vm_command_error": get_vm_command_error,
@@ -102,6 +166,8 @@ GETTERS: dict[str, Callable[[EvalContext, dict[str, Any]], Any]] = {
     "window_titles": get_window_titles,
     "active_window_title": get_active_window_title,
     "accessibility_tree": get_accessibility_tree,
+    "cloud_file": get_cloud_file,
+    "cache_file": get_cache_file,
 }
 
 

@@ -1,9 +1,10 @@
-"""The files OSWorld tasks `download` at set-up, served offline from a local cache keyed by URL.
+"""The files OSWorld tasks fetch from the web, served offline from a local cache keyed by URL.
 
 OSWorld's `download` step fetches task files (photos, documents) from the web when a task
-starts. Training machines are often offline, so the env serves each URL from this cache instead;
-a machine with internet fills it (`agent-rl desktop cache add URL FILE`), and the cache folder
-can be copied to the machines that train. The cache lives in `AGENT_RL_HOME/desktop-files`
+starts, and its `cloud_file` getter fetches the expected files when it is scored. Training
+machines are often offline, so the env serves each URL from this cache instead; a machine with
+internet fills it (`agent-rl desktop cache add URL FILE`), and the cache folder can be copied to
+the machines that train. The cache lives in `AGENT_RL_HOME/desktop-files`
 (default `~/.cache/agent-rl/desktop-files`): one file per URL, named by the URL's SHA-256, and an
 `index.json` from URL to file name and checksum.
 """
@@ -27,6 +28,7 @@ __all__ = [
     "explain_missing",
     "lookup",
     "missing_downloads",
+    "task_urls",
 ]
 
 
@@ -81,16 +83,38 @@ def entries(folder: Path | None = None) -> dict[str, dict[str, str]]:
     return _index(folder or cache_dir())
 
 
-def missing_downloads(task: dict[str, Any], folder: Path | None = None) -> list[str]:
-    """The URLs of `task`'s download steps (set-up and post-config) that the cache lacks."""
-    steps = [*task.get("config", []), *task.get("evaluator", {}).get("postconfig", [])]
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def task_urls(task: dict[str, Any]) -> list[Any]:
+    """Every URL `task` fetches: those of its download steps (set-up and post-config) and
+    those of its `cloud_file` getters (each file of a `multi` one, as OSWorld fetches them all,
+    not only those it `gives`). A malformed entry is kept as it is, for the caller to name."""
+    evaluator = task.get("evaluator", {})
+    steps = [*task.get("config", []), *evaluator.get("postconfig", [])]
     urls = [entry.get("url") for step in steps if step.get("type") == "download"
             for entry in step.get("parameters", {}).get("files", [])]
-    return [url for url in urls if not isinstance(url, str) or lookup(url, folder) is None]
+    getters = [getter for key in ("result", "expected") for getter in
+               _as_list(evaluator.get(key)) if isinstance(getter, dict)]
+    urls += [url for getter in getters if getter.get("type") == "cloud_file"
+             for url in _as_list(getter.get("path"))]
+    return urls
 
 
-def explain_missing(task_id: str, urls: list[str]) -> str:
-    return (f"task {task_id!r} downloads {len(urls)} file(s) the offline cache {cache_dir()} "
-            f"lacks: {', '.join(map(str, urls))}; on a machine with internet run `curl -L -o FILE "
+def missing_downloads(task: dict[str, Any], folder: Path | None = None) -> list[Any]:
+    """The URLs `task` fetches (`task_urls`) that the cache lacks, in order, each once."""
+    missing: list[Any] = []
+    for url in task_urls(task):
+        if (not isinstance(url, str) or lookup(url, folder) is None) and url not in missing:
+            missing.append(url)
+    return missing
+
+
+def explain_missing(task_id: str | None, urls: list[Any]) -> str:
+    """One message naming every URL the cache lacks and how to add them."""
+    who = "the task" if task_id is None else f"task {task_id!r}"
+    return (f"{who} fetches {len(urls)} file(s) the offline cache {cache_dir()} lacks: "
+            f"{', '.join(map(str, urls))}; on a machine with internet run `curl -L -o FILE "
             "URL && agent-rl desktop cache add URL FILE` for each, then copy the cache folder "
             "here")
