@@ -1,7 +1,9 @@
 """Demonstrations for supervised fine-tuning: whole episodes as token ids with loss masks.
 
-Two sources. The env's oracle policy plays tasks of the train split (`oracle_demonstrations`);
-only episodes the env rewards are kept, the others are counted with their task ids. A user's
+Two sources. The env's oracle policy plays tasks of the train split (`oracle_demonstrations`):
+an env that has its own oracle offers it as `env.oracle_policy(task)` (the desktop's scripted
+oracle, `envs.desktop.oracle`), any other gets `envs.policies.OraclePolicy`; only episodes the
+env rewards are kept, the others are counted with their task ids. A user's
 JSONL file holds one chat conversation per line (`chat_file_demonstrations`). Both are rendered
 by `EpisodeTokens`, the function the rollout builds its episodes with, so SFT trains on exactly
 the tokens RL samples: the assistant's turns (with the stop token that ends them) are model
@@ -96,7 +98,8 @@ def oracle_demonstrations(
     seed: int = 0,
 ) -> Demonstrations:
     """The oracle policy on the env's train split (never the held-out one): `per_category`
-    tasks of each category (all when None), drawn with `seed`."""
+    tasks of each category (all when None), drawn with `seed`. The policy is the env's own
+    `oracle_policy(task)` where it has one, else `OraclePolicy(task)`."""
     from envs.errors import EnvBrokenError
     from envs.loading import env_tasks, make_env
     from envs.policies import OraclePolicy
@@ -107,10 +110,11 @@ def oracle_demonstrations(
     tasks = _pick(env_tasks(env_id, "train", **kwargs), per_category, seed)
     result = Demonstrations()
     env = make_env(env_id, split="train", **kwargs)
+    oracle_for = getattr(env.unwrapped, "oracle_policy", OraclePolicy)
     try:
         for task in tasks:
             try:
-                row = play_demonstration(env, OraclePolicy(task), tokenizer, task)
+                row = play_demonstration(env, oracle_for(task), tokenizer, task)
             except EnvBrokenError as error:  # every other task would fail the same way
                 raise DemonstrationError(
                     f"the env could not play the oracle's episode of {task.get('task_id')}: "
