@@ -212,6 +212,16 @@ def test_the_command_prints_the_tables_and_writes_the_same_as_json(tmp_path) -> 
     assert len(data["tasks"]) == 14
 
 
+def test_the_command_writes_the_tables_as_markdown_for_the_docs(tmp_path) -> None:
+    out = tmp_path / "coverage.md"
+    result = runner.invoke(app, ["coverage", str(FIXTURE), "--markdown", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert text.startswith("| domain | tasks | format implemented | runs here | online")
+    assert "| `libreoffice_calc` | 3 |" in text and "| total | 14 |" in text
+    assert "| metric `compare_table` | 1 |" in text
+
+
 def test_a_wrong_folder_is_an_error_the_cli_prints_as_one_line(tmp_path) -> None:
     result = runner.invoke(app, ["coverage", str(tmp_path)])
     assert isinstance(result.exception, CoverageError) and is_user_error(result.exception)

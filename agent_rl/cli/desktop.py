@@ -49,6 +49,9 @@ def coverage(
         help="The task index in FOLDER: {domain: [task id, ...]}.")] = "test_all.json",
     json_out: Annotated[Path | None, typer.Option(
         "--json", help="Also write the report, every task included, as JSON to this file.")] = None,
+    markdown_out: Annotated[Path | None, typer.Option(
+        "--markdown", help="Also write the tables as Markdown (the top 20 missing parts) to this "
+                           "file.")] = None,
 ) -> None:
     """Per domain, the tasks whose format this env implements and those that also run here
     (every app they need installed); then every missing step, getter, metric, option and app
@@ -85,3 +88,6 @@ def coverage(
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
         console.print(f"wrote {json_out}")
+    if markdown_out is not None:
+        markdown_out.write_text(report.to_markdown())
+        console.print(f"wrote {markdown_out}")

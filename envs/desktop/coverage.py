@@ -413,6 +413,23 @@ class CoverageReport:
         }
 
 
+    def to_markdown(self, top: int = 20) -> str:
+        """The per-domain table, then the `top` most needed missing parts and every missing
+        app, as Markdown tables (for the docs)."""
+        total = self.to_json()["total"]
+        lines = ["| domain | tasks | format implemented | runs here | online (unsupported) |",
+                 "| --- | ---: | ---: | ---: | ---: |"]
+        lines += [f"| `{row.domain}` | {row.tasks} | {row.implemented} | {row.runnable} | "
+                  f"{row.online} |" for row in self.domains()]
+        lines += [f"| total | {total['tasks']} | {total['implemented']} | {total['runnable']} | "
+                  f"{total['online']} |", "", "| missing from the env | tasks |", "| --- | ---: |"]
+        lines += [f"| {part.kind} `{part.name}` | {count} |"
+                  for part, count in self.missing_parts()[:top]]
+        lines += ["", "| missing on this machine | tasks |", "| --- | ---: |"]
+        lines += [f"| `{app}` | {count} |" for app, count in self.missing_apps()]
+        return "\n".join(lines) + "\n"
+
+
 def coverage_report(tasks: Iterable[tuple[str, dict[str, Any]]],
                     installed: Callable[[App], bool] = installed_here) -> CoverageReport:
     """The coverage of `(domain, task)` pairs."""
