@@ -131,3 +131,19 @@ docs: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# The lag-64 comparison (#37): matched against stock kernels at a lag that reaches 64, three arms
+# from one SFT start (the main job's once finished, else one made in runs/lag64/sft), each in
+# runs/lag64/<arm>/. A rerun resumes the arm under way and skips what is done; the ablation's
+# JSON and PNG cover every arm finished so far.
+LAG64 := runs/lag64
+
+.PHONY: lag64 publish-lag64
+
+lag64: $(DEMO)/model.ok
+	$(AGENT_RL) experiment lag64 configs/lag64.yaml --out $(LAG64)
+
+publish-lag64:
+	@test -f $(LAG64)/lag64_ablation.json || { echo "no lag-64 ablation in $(LAG64): run make lag64 first"; exit 1; }
+	@mkdir -p $(FIGURES)
+	cp $(LAG64)/lag64_ablation.json $(LAG64)/lag64_ablation.png $(FIGURES)/

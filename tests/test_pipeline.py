@@ -40,7 +40,8 @@ def test_task_stream_is_reproducible_and_covers_every_task_each_pass() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["smoke.yaml", "python_tool_lag64.yaml", "demo.yaml", "learning_curve.yaml", "bench_pipeline.yaml"],
+    ["smoke.yaml", "python_tool_lag64.yaml", "demo.yaml", "learning_curve.yaml", "bench_pipeline.yaml",
+     "lag64.yaml"],
 )
 def test_shipped_configs_load(name: str) -> None:
     config = load_train_config(CONFIGS / name)

@@ -61,6 +61,7 @@ def _register_optional_commands() -> None:
     from agent_rl.cli import config as config_commands
     from agent_rl.cli import desktop as desktop_commands
     from agent_rl.cli import envs as env_commands
+    from agent_rl.cli import experiment as experiment_commands
     from agent_rl.cli import sandbox as sandbox_commands
     from agent_rl.cli.eval import compare_command, eval_command
     from agent_rl.cli.simulate import simulate_command
@@ -69,6 +70,8 @@ def _register_optional_commands() -> None:
     app.add_typer(sandbox_commands.app, name="sandbox", help="The sandbox's Docker image.")
     app.add_typer(config_commands.app, name="config", help="Check and migrate run configs.")
     app.add_typer(desktop_commands.app, name="desktop", help="The desktop env's file cache.")
+    app.add_typer(experiment_commands.app, name="experiment",
+                  help="The project's experiments (lag64: matched vs stock kernels at lag 64).")
     app.command("eval")(eval_command)
     app.command("compare")(compare_command)
     app.command("simulate")(simulate_command)
