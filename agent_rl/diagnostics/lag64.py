@@ -106,7 +106,7 @@ def trained_updates(run_dir: Path) -> int:
 
 
 def heldout_report(model: Path, out: Path, config: Any, protocol: HeldoutProtocol,
-                   newer_than: Path | None = None) -> Any:
+                   on_status: OnStatus, newer_than: Path | None = None) -> Any:
     """`model` evaluated by the main job's protocol into `out`, or the report already there
     (unless it is older than `newer_than`, a checkpoint trained since)."""
     from agent_rl.evaluate.report import load_report
@@ -116,6 +116,7 @@ def heldout_report(model: Path, out: Path, config: Any, protocol: HeldoutProtoco
     if report.exists() and (newer_than is None
                             or report.stat().st_mtime >= newer_than.stat().st_mtime):
         return load_report(out)
+    on_status(f"evaluating {model} on held-out tasks into {out}")
     kwargs = config.env.kwargs
     env_kwargs = {"categories": kwargs["categories"]} if "categories" in kwargs else {}
     return evaluate(
@@ -144,7 +145,7 @@ def run_lag64(config_path: Path, out_dir: Path = Path("runs/lag64"),
     start = ensure_sft_start(sft, out_dir, sft_config, on_status)
     configs = {arm: arm_config(config_path, arm, overrides, out_dir, start) for arm in arms}
     any_config = next(iter(configs.values()))
-    sft_report = heldout_report(start, out_dir / "eval-sft", any_config, protocol)
+    sft_report = heldout_report(start, out_dir / "eval-sft", any_config, protocol, on_status)
     for arm, config in configs.items():
         run_dir = Path(config.out_dir)
         done = trained_updates(run_dir)
@@ -153,8 +154,7 @@ def run_lag64(config_path: Path, out_dir: Path = Path("runs/lag64"),
                       f"{config.pipeline.num_updates} in {run_dir}")
             train(config, on_update=None if on_update is None else
                   (lambda metrics, arm=arm: on_update(arm, metrics)))
-        on_status(f"arm {arm}: held-out evaluation of {run_dir}")
-        report = heldout_report(run_dir, run_dir / "eval", config, protocol,
+        report = heldout_report(run_dir, run_dir / "eval", config, protocol, on_status,
                                 newer_than=latest_checkpoint(run_dir))
         figures = arm_figures(run_dir, config, report, sft_report, protocol, block)
         (run_dir / ARM_FILE).write_text(json.dumps(figures, indent=1) + "\n")
