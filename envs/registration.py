@@ -7,7 +7,7 @@ Gymnasium's passive env checker is off for these envs: when the first `reset` ra
 whose set-up fails, an X server that does not start), the checker never records that reset's
 result, and every later `step` fails in the checker ("cannot unpack non-iterable NoneType")
 however well the next reset went. The suite runs `gymnasium.utils.env_checker.check_env` on
-each env instead (tests/test_envs.py), a stricter check than the passive one.
+each env instead (tests/envs/test_envs.py), a stricter check than the passive one.
 """
 
 from gymnasium.envs.registration import register

@@ -16,7 +16,7 @@ ones, which on the CPU is the lm_head's prepacked GEMM weight. The stock Llama t
 the new weights and projects with the old ones. So the reload names `lm_head.weight` too, as the
 embedding, whenever the engine's model ties them: the head reloads and repacks like any other
 layer through vLLM's own `load_weights` (a model that shares the tensor, like the matched one,
-skips the name). `tests/test_stock_reload.py` checks the stock engine against the learner
+skips the name). `tests/rollout/test_stock_reload.py` checks the stock engine against the learner
 after a reload, so a vLLM release that changes this fails there, not silently in a run.
 """
 

@@ -4,7 +4,7 @@ Five categories where a Python tool helps: exact arithmetic (from "17 + 25" to 2
 products), string manipulation, list operations, date and calendar questions, and small
 functions checked by unit tests. Easy items are mixed in on purpose: RL needs a weak model to
 get a nonzero reward sometimes. No category can be passed by a constant answer: yes/no
-questions are half yes, and numeric answers are spread (`tests/test_tasks.py` checks the best
+questions are half yes, and numeric answers are spread (`tests/envs/test_tasks.py` checks the best
 constant answer per category on the held-out split).
 
 The split is a function of the prompt text (a SHA-256 hash), so train and held-out tasks can

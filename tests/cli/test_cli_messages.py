@@ -17,7 +17,7 @@ from agent_rl.model_store import ModelNotFoundError
 from agent_rl.train_config import load_train_config
 
 runner = CliRunner()
-SMOKE = Path(__file__).resolve().parents[1] / "configs" / "smoke.yaml"
+SMOKE = Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml"
 
 
 def test_a_set_typo_is_blamed_on_set_and_names_the_nearest_key() -> None:

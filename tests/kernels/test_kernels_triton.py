@@ -30,7 +30,7 @@ from kernel_cases import decode_differs_from_teacher_forcing, paged_cache, qkv, 
 
 from kernels import cpu_ops, reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DTYPES = [torch.float32, torch.bfloat16]
 # Around the 64-row GEMM tile; one-program-per-row kernels need fewer (the interpreter is slow).
 BATCH_SIZES = [1, 5, 17, 63, 64, 65, 130]

@@ -18,7 +18,7 @@ from envs.desktop.apps import APT_PACKAGES
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.tool_calls import format_tool_call
 
-VISION_TEMPLATE = Path(__file__).parent / "data" / "vision_chat_template.jinja"
+VISION_TEMPLATE = Path(__file__).parents[2] / "data" / "vision_chat_template.jinja"
 _missing = [program for program in (*REQUIRED_PROGRAMS, "xfce4-terminal") if not shutil.which(program)]
 needs_desktop = pytest.mark.skipif(
     bool(_missing), reason=f"desktop programs missing: {', '.join(_missing)} (apt-get install -y "

@@ -38,7 +38,7 @@ from envs.desktop.setup_steps import SUPPORTED_STEPS
 from envs.desktop.tasks import check_task
 from envs.tool_calls import format_tool_call
 
-FIXTURE = Path(__file__).parent / "data" / "osworld_coverage"
+FIXTURE = Path(__file__).parents[2] / "data" / "osworld_coverage"
 runner = CliRunner()
 _missing = [program for program in (*REQUIRED_PROGRAMS, "xfce4-terminal")
             if not shutil.which(program)]

@@ -16,7 +16,7 @@ import pytest
 
 from envs.loading import EnvContractError, env_tasks, make_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_env_module() -> str:

@@ -220,7 +220,7 @@ def test_every_isa_level_gives_the_same_bits(level: str, tmp_path: Path) -> None
                     f"{isa.supported_levels()}; {level} is checked on a CPU that has it")
     saved = tmp_path / "outputs.pt"
     env = {**os.environ, isa.FORCE_VARIABLE: level,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[1]),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]),
                                                        os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, __file__, str(saved)], env=env, capture_output=True,
                           text=True, timeout=600)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"desktop programs missin
                                 f"{', '.join(_missing)} (apt-get install -y --no-install-recommends "
                                 f"{APT_PACKAGES})")
 
-CONFIG = Path(__file__).parent.parent / "configs" / "sft_desktop.yaml"
+CONFIG = Path(__file__).parents[2] / "configs" / "sft_desktop.yaml"
 
 
 def test_the_oracle_plays_generated_train_tasks_and_only_its_turns_are_trained_on(

@@ -198,7 +198,7 @@ def test_network_is_unreachable(session):
 
 
 @pytest.mark.parametrize("folder", ["/root", "/etc", "/home", "/tmp",
-                                    str(Path(__file__).resolve().parents[1])])
+                                    str(Path(__file__).resolve().parents[2])])
 def test_host_files_are_not_visible(session, folder):
     marker = Path(folder) / f"agent_rl_host_marker_{os.getpid()}"
     marker.write_text("the host's")

@@ -24,7 +24,7 @@ from envs.desktop.tasks import TASKS_DIR
 from envs.tasks import DATA_DIR
 from envs.tool_calls import format_tool_call
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[3]
 A_TASK_FILE = next(TASKS_DIR.glob("examples/*/*.json"))
 HELDOUT_FILE = DATA_DIR / "arithmetic_heldout.jsonl"
 

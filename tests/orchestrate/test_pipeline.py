@@ -25,7 +25,7 @@ from agent_rl.train_config import (
     migrate_flat_config,
 )
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_task_stream_is_reproducible_and_covers_every_task_each_pass() -> None:

@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 from kernels import ops, reference
 from kernels.llama import LlamaConfig, MatchedLlama
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_layers=2,
                      num_heads=4, num_kv_heads=2, head_dim=32, max_positions=512)
 DEVICES = [

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from agent_rl.cli.main import _register_optional_commands, app
 from agent_rl.diagnostics.lag64 import ARM_FILE, Lag64Error, ensure_sft_start, run_lag64
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "lag64.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lag64.yaml"
 REQUIRED = ("updates", "lag_max", "share_tokens_lag_ge_32", "is_max_over_median_peak",
             "kl_last_over_first_block", "grad_norm_preclip_max", "heldout_macro_pass@1",
             "heldout_ci95_vs_sft")
@@ -79,7 +79,7 @@ def test_without_a_finished_main_job_sft_the_command_makes_its_own(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("agent_rl.learn.sft.run_sft", fake_sft)
-    sft_config = Path(__file__).resolve().parents[1] / "configs" / "sft.yaml"
+    sft_config = Path(__file__).resolve().parents[2] / "configs" / "sft.yaml"
     start = ensure_sft_start(None, Path("runs/lag64"), sft_config, lambda text: None)
     assert start == Path("runs/lag64/sft") and made == [start] and (start / "done").exists()
     assert ensure_sft_start(None, Path("runs/lag64"), sft_config, lambda text: None) == start
