@@ -147,3 +147,46 @@ publish-lag64:
 	@test -f $(LAG64)/lag64_ablation.json || { echo "no lag-64 ablation in $(LAG64): run make lag64 first"; exit 1; }
 	@mkdir -p $(FIGURES)
 	cp $(LAG64)/lag64_ablation.json $(LAG64)/lag64_ablation.png $(FIGURES)/
+
+# The desktop job (#38): the default model on 64 held-out generated desktop tasks (16 per domain:
+# terminal, editor, file manager, windows) before and after SFT on the scripted oracle's episodes
+# of train-split tasks, and after RL on the train split from there; then the three compared. Each
+# step leaves a file behind, so a rerun skips what is done. Writes only under runs/demo-desktop.
+DESK := runs/demo-desktop
+DESK_EVAL := --tasks agent_rl/DesktopGen-v0 --k 1 --limit-per-category 16 --concurrency 16 \
+	--max-turns 5 --max-tokens-per-turn 160 --context-budget 7168
+
+.PHONY: demo-desktop publish-demo-desktop
+
+demo-desktop: install $(DESK)/compare.md
+	@cat $(DESK)/compare.md
+
+$(DESK)/model.ok: | $(STAMP)
+	$(AGENT_RL) model prepare
+	@mkdir -p $(DESK) && touch $@
+
+$(DESK)/eval-base/report.json: $(DESK)/model.ok
+	$(AGENT_RL) eval --model default $(DESK_EVAL) --out $(DESK)/eval-base
+
+$(DESK)/sft/done: $(DESK)/model.ok configs/sft_desktop.yaml
+	$(AGENT_RL) sft configs/sft_desktop.yaml --set out_dir=$(DESK)/sft
+	@touch $@
+
+$(DESK)/eval-sft/report.json: $(DESK)/sft/done
+	$(AGENT_RL) eval --model $(DESK)/sft $(DESK_EVAL) --out $(DESK)/eval-sft
+
+$(DESK)/run/ledger.json: $(DESK)/sft/done configs/desktop_rl.yaml
+	@if [ -f $(DESK)/run/config.yaml ] && { [ configs/desktop_rl.yaml -nt $(DESK)/run/config.yaml ] || \
+		[ $(DESK)/sft/done -nt $(DESK)/run/config.yaml ]; }; then rm -rf $(DESK)/run $(DESK)/eval-rl; fi
+	$(AGENT_RL) train configs/desktop_rl.yaml --set out_dir=$(DESK)/run --set init_from=$(DESK)/sft
+
+$(DESK)/eval-rl/report.json: $(DESK)/run/ledger.json
+	$(AGENT_RL) eval --model $(DESK)/run $(DESK_EVAL) --out $(DESK)/eval-rl
+
+$(DESK)/compare.md: $(DESK)/eval-base/report.json $(DESK)/eval-sft/report.json $(DESK)/eval-rl/report.json
+	$(AGENT_RL) compare base=$(DESK)/eval-base sft=$(DESK)/eval-sft rl=$(DESK)/eval-rl --out $(DESK)
+
+publish-demo-desktop:
+	@test -f $(DESK)/compare.json || { echo "no finished desktop job in $(DESK): run make demo-desktop first"; exit 1; }
+	@mkdir -p $(FIGURES)
+	cp $(DESK)/compare.json $(FIGURES)/desktop_compare.json
