@@ -8,7 +8,8 @@ ACCEL := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo cuda || echo cpu)
 STAMP := $(VENV)/.installed-$(ACCEL)
 PYTEST_ARGS ?=
 
-.PHONY: install demo demo-handwritten learning-curve publish-demo publish-learning-curve test lint docs clean
+.PHONY: install demo demo-handwritten learning-curve publish-demo publish-learning-curve test test-fast \
+	lint docs clean
 
 install: $(STAMP)
 
@@ -121,6 +122,11 @@ publish-learning-curve:
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The tests that start no vLLM engine and no Ray: a few minutes, for the edit-test loop. CI runs
+# the whole suite.
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
