@@ -1,4 +1,5 @@
-"""OSWorld-style desktop environment on a real X server: `agent_rl/Desktop-v0`.
+"""OSWorld-style desktop environment on a real X server: `agent_rl/Desktop-v0` (the shipped
+task files) and `agent_rl/DesktopGen-v0` (generated instances).
 
 | file | holds |
 |---|---|
@@ -10,6 +11,11 @@
 | `file_cache.py` | the offline cache that serves `download` steps, keyed by URL |
 | `evaluate.py` | OSWorld evaluator getters and metrics |
 | `tasks.py` | task files and splits in OSWorld's layout |
+| `generate.py` | seeded instances of the shipped task kinds, split by their parameters |
+| `oracle.py` | the scripted oracle that solves any generated instance from the screen text |
+| `coverage.py` | which of OSWorld's tasks this env implements and can run here |
+| `accessibility.py`, `a11y_reader.py` | the AT-SPI tree, read inside the sandbox |
+| `apps.py` | which installed app plays each role (terminal, editor, file manager) |
 | `recording.py` | episode recordings as HTML pages and contact sheets |
 """
 

@@ -3,7 +3,6 @@ feedback, episodes are isolated, recordings are written, and OSWorld tasks are c
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -11,7 +10,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import gymnasium
@@ -25,6 +23,7 @@ from envs.desktop.apps import APT_PACKAGES, GTK_APPS
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.desktop.evaluate import UnsupportedEvaluator
 from envs.desktop.file_cache import MissingDownload
+from envs.desktop.oracle import Await, Click, TitleButton, command, find_in_tree
 from envs.desktop.setup_steps import UnsupportedTaskStep, fill_placeholders
 from envs.desktop.tasks import TASKS_DIR, UnsupportedTaskParts, check_task, task_from_row
 from envs.tool_calls import format_tool_call
@@ -44,6 +43,8 @@ needs_desktop = pytest.mark.skipif(
 if "agent_rl/Desktop-v0" not in gymnasium.registry:
     gymnasium.register(id="agent_rl/Desktop-v0", entry_point="envs.desktop:DesktopEnv")
 
+# WAITs a scripted step may take for what it needs to show (a loaded machine is slow).
+MAX_WAITS = 15
 OSWORLD_TASK = TASKS_DIR / "examples" / "os" / "6f56bf42-85b8-4fbb-8e06-6c44960184ba.json"
 
 
@@ -76,55 +77,6 @@ def tasks() -> dict[str, dict]:
     return all_tasks()
 
 
-@dataclass(frozen=True)
-class Await:
-    """A scripted pause: WAIT until the screen's text matches the regex `pattern` (or no
-    longer does), as a person watches for a dialog instead of counting seconds; a loaded
-    machine can take a while. Fails the test, showing the screen, when it never does."""
-
-    pattern: str
-    present: bool = True
-    max_waits: int = 15
-
-
-@dataclass(frozen=True)
-class Click:
-    """Click the centre of the first accessible of the AT-SPI tree with this role, and this
-    name or a line of text, that the observation lists (waiting for it to appear, as Await)."""
-
-    role: str
-    name: str | None = None
-    text: str | None = None
-    double: bool = False
-    max_waits: int = 15
-
-
-@dataclass(frozen=True)
-class TitleButton:
-    """Click a title-bar button of a window, where the X listing puts it: the window
-    manager's decorations are not AT-SPI objects, and X-only apps (xlogo, xclock) have no tree."""
-
-    window: str
-    button: str
-
-
-_NODE = re.compile(r'^\s*(?P<role>[a-z ]+?)(?: "(?P<name>.*)")? center \((?P<x>\d+), (?P<y>\d+)\)')
-
-
-def find_in_tree(screen: str, click: Click) -> tuple[int, int] | None:
-    """Where the AT-SPI part of the observation text puts the accessible `click` names."""
-    lines = screen.partition("accessibility tree (AT-SPI):")[2].splitlines()
-    for index, line in enumerate(lines):
-        node = _NODE.match(line)
-        if node is None or node["role"] != click.role or click.name not in (None, node["name"]):
-            continue
-        texts = [text.strip()[2:] for text in
-                 itertools.takewhile(lambda text: text.strip().startswith("|"), lines[index + 1:])]
-        if click.text is None or click.text in texts:
-            return int(node["x"]), int(node["y"])
-    return None
-
-
 def play(env: DesktopEnv, task: dict, turns: list[str | Await | Click | TitleButton]
          ) -> tuple[float, bool, dict]:
     """Run scripted turns from a reset, each placed from the last observation's text alone;
@@ -134,7 +86,7 @@ def play(env: DesktopEnv, task: dict, turns: list[str | Await | Click | TitleBut
     for turn in turns:
         screen = messages[-1]["content"]
         if isinstance(turn, Await | Click):
-            for _ in range(turn.max_waits):
+            for _ in range(MAX_WAITS):
                 if isinstance(turn, Click):
                     if find_in_tree(screen, turn):
                         break
@@ -155,13 +107,6 @@ def play(env: DesktopEnv, task: dict, turns: list[str | Await | Click | TitleBut
         if terminated or truncated:
             break
     return reward, terminated, info
-
-
-def command(line: str) -> list[str | Await | Click]:
-    """Type a shell command into the terminal once its prompt shows, then wait for the prompt
-    after it: keystrokes sent before the shell reads them would be lost."""
-    ran = rf"^\s*\| \$ {re.escape(line)}$(\n\s*\|.*$)*?\n\s*\| \$$"
-    return [Await(r"^\s*\| \$$"), Click("terminal"), call("TYPING", text=line + "\n"), Await(ran)]
 
 
 def saved(title: str) -> Await:
