@@ -173,6 +173,7 @@ def arm_figures(run_dir: Path, config: Any, report: Any, sft_report: Any,
                                             num_resamples=protocol.resamples, seed=0)
     ratios = [_finite(r.get("is/max_over_median")) for r in records]
     kl_blocks = kl_per_block(records, block)
+    rewards = reward_blocks(records, block)
     shares = lag_token_shares(records)
     return {
         "arm": run_dir.name,
@@ -195,9 +196,8 @@ def arm_figures(run_dir: Path, config: Any, report: Any, sft_report: Any,
         "grad_norm_preclip_max": max((r["losses/grad_norm"] for r in records
                                       if _finite(r.get("losses/grad_norm")) is not None),
                                      default=None),
-        "reward_per_block": [row["reward_mean"] for row in reward_blocks(records, block)],
-        "task_reward_per_block": [row["task_reward_mean"]
-                                  for row in reward_blocks(records, block)],
+        "reward_per_block": [row["reward_mean"] for row in rewards],
+        "task_reward_per_block": [row["task_reward_mean"] for row in rewards],
         "lag_hist": lag_histogram(records),
         "lag0_max_abs_log_max": max((r["is/lag0_max_abs_log"] for r in records
                                      if "is/lag0_max_abs_log" in r), default=None),
@@ -251,12 +251,10 @@ def plot_ablation(arms: dict[str, dict[str, Any]], path: Path) -> Path:
                   if x is not None]
         if ratios:
             weights.plot(*zip(*ratios, strict=True), label=arm)
-        ends = [min(figures["block"] * (i + 1), figures["updates"])
-                for i in range(len(figures["kl_per_block"]))]
-        kl.plot(ends, figures["kl_per_block"], marker="o", label=arm)
-        ends = [min(figures["block"] * (i + 1), figures["updates"])
-                for i in range(len(figures["reward_per_block"]))]
-        reward.plot(ends, figures["reward_per_block"], marker="o", label=arm)
+        for axis, key in ((kl, "kl_per_block"), (reward, "reward_per_block")):
+            ends = [min(figures["block"] * (i + 1), figures["updates"])
+                    for i in range(len(figures[key]))]
+            axis.plot(ends, figures[key], marker="o", label=arm)
     weights.set_yscale("log")
     weights.set_title("IS weight max / median, per update")
     kl.set_yscale("log")

@@ -18,6 +18,7 @@ app planted resolves inside the sandbox's view, never on the host.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -314,12 +315,6 @@ class DesktopSession:
         as_episode_uid = [] if self.host_uid is None else [
             "setpriv", f"--reuid={self.host_uid}", f"--regid={self.host_uid}", "--clear-groups",
             "--"]
-        host_files = [
-            arg
-            for path in (*(f"/etc/{name}" for name in ETC_ENTRIES), *_HOST_CACHES)
-            if os.path.lexists(path)
-            for arg in ("--ro-bind", path, path)
-        ]
         own_files = [arg for name, target in (("passwd", "/etc/passwd"), ("group", "/etc/group"),
                                               ("machine-id", "/etc/machine-id"),
                                               ("machine-id", "/var/lib/dbus/machine-id"))
@@ -330,8 +325,7 @@ class DesktopSession:
         return [
             *as_episode_uid,
             "bwrap",
-            *system_mounts(),
-            *host_files,
+            *_host_binds(),
             *own_files,
             "--dev", "/dev",
             "--proc", "/proc",
@@ -465,6 +459,15 @@ class DesktopSession:
     def close(self) -> None:
         """Kill every process this episode started and delete its temp folder."""
         self._finalizer()
+
+
+@functools.cache
+def _host_binds() -> tuple[str, ...]:
+    """bwrap's read-only binds of the host (/usr, the /etc entries, the font cache), looked up
+    once per process: every app launch and accessibility read builds a sandbox."""
+    host_files = [arg for path in (*(f"/etc/{name}" for name in ETC_ENTRIES), *_HOST_CACHES)
+                  if os.path.lexists(path) for arg in ("--ro-bind", path, path)]
+    return (*system_mounts(), *host_files)
 
 
 def _kill_and_remove(processes: list[subprocess.Popen[bytes]], root: Path,
