@@ -124,7 +124,7 @@ def heldout_report(model: Path, out: Path, config: Any, protocol: HeldoutProtoco
         limit_per_category=protocol.limit_per_category, out_dir=out,
         max_tokens_per_turn=config.rollout.max_tokens_per_turn,
         max_turns=kwargs.get("max_turns"), max_concurrent_episodes=protocol.concurrency,
-        env_kwargs=env_kwargs, seed=0,
+        env_kwargs=env_kwargs, seed=0, dtype=config.dtype,
     )
 
 

@@ -207,6 +207,7 @@ async def _evaluate_async(
     context_budget: int = 4096,
     max_model_len: int | None = None,
     kv_cache_gib: float = 1.0,
+    dtype: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
     max_concurrent_episodes: int = 32,
     seed: int | None = 0,
@@ -235,7 +236,7 @@ async def _evaluate_async(
     resolved = resolve_eval_model(model)
     actor = await _start_actor(
         resolved, env_id, env_kwargs, temperature, max_tokens_per_turn, context_budget,
-        max_model_len, kv_cache_gib, seed,
+        max_model_len, kv_cache_gib, seed, dtype,
     )
     try:
         metadata = actor.metadata()
@@ -350,6 +351,7 @@ async def _start_actor(
     max_model_len: int | None,
     kv_cache_gib: float,
     seed: int | None,
+    dtype: str | None = None,
 ) -> Any:
     from agent_rl.rollout.actor import RolloutActor, RolloutConfig
     from agent_rl.rollout.engine import EngineConfig
@@ -363,6 +365,7 @@ async def _start_actor(
         enable_prefix_caching=engine_dir != resolved.model_dir,
         kv_cache_gib=kv_cache_gib,
         seed=seed or 0,
+        **({"dtype": dtype, "lm_head_fp32": dtype == "float32"} if dtype else {}),
     )
     rollout_config = RolloutConfig(
         temperature=temperature,

@@ -110,7 +110,7 @@ def sft_step(learner: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
     start = time.perf_counter()
     samples = [demonstration_sample(row) for row in rows]
     model_tokens = sum(sample.model_positions.numel() for sample in samples)
-    learner.optimizer.zero_grad(set_to_none=True)
+    learner.zero_grad()
     total = 0.0
     for batch in micro_batches(samples, learner.config.micro_batch_tokens):
         loss = sum(-logprobs.sum() for _, logprobs in learner.sampled_logprobs(batch))

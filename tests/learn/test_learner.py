@@ -258,3 +258,26 @@ def test_warmup_ramps_the_learning_rate_and_scales_the_first_steps(tiny_model: P
     # Adam's first step is lr times a gradient-free direction: a quarter of the rate, a quarter of the step.
     moved = plain_step.abs() > 1e-6
     assert torch.allclose(warm_step[moved], plain_step[moved] / 4, rtol=1e-2, atol=1e-7)
+
+
+def test_bf16_learner_steps_fp32_master_weights(tiny_model: Path, tmp_path: Path) -> None:
+    """At a learning rate far below a bf16 ulp the model still moves (its fp32 master weights
+    accumulate the steps), keeps its dtype for the rollout, and resumes onto the same masters."""
+    config = LearnerConfig(lr=1e-6)
+    learner = Learner(tiny_model, config, matched_kernels=True, dtype="bfloat16")
+    start = [p.detach().clone() for p in learner.parameters]
+    groups = _groups(learner)
+    for _ in range(3):
+        learner.train_step(groups)
+    assert all(p.dtype == torch.bfloat16 for p in learner.parameters)
+    assert all(m.dtype == torch.float32 for m in learner.master_weights)
+    moved = [not torch.equal(m.detach(), s.float()) for m, s in zip(learner.master_weights, start, strict=True)]
+    assert all(moved)
+    for param, master in zip(learner.parameters, learner.master_weights, strict=True):
+        assert torch.equal(param.detach(), master.detach().to(torch.bfloat16))
+
+    torch.save(learner.state_dict(), tmp_path / "learner.pt")
+    resumed = Learner(tiny_model, config, matched_kernels=True, dtype="bfloat16")
+    resumed.load_state_dict(torch.load(tmp_path / "learner.pt"))
+    for mine, theirs in zip(learner.master_weights, resumed.master_weights, strict=True):
+        assert torch.equal(mine.detach(), theirs.detach())
