@@ -22,10 +22,9 @@ from pydantic import Field, model_validator
 
 from agent_rl.config import StrictModel, load_config
 from agent_rl.env_config import EnvConfig
-from agent_rl.learn.learner import LearnerConfig
-from agent_rl.learn.loss import LossConfig
-from agent_rl.orchestrate.faults import FaultConfig
-from agent_rl.rollout.actor import RolloutConfig
+from agent_rl.fault_config import FaultConfig
+from agent_rl.learn.config import LearnerConfig, LossConfig
+from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
 
 

@@ -74,7 +74,7 @@ def _dotted_keys(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 
 def test_every_run_config_and_sft_config_key_is_documented_in_training_md() -> None:
-    from agent_rl.learn.sft import SFTConfig
+    from agent_rl.learn.sft_config import SFTConfig
     from agent_rl.train_config import TrainConfig
 
     page = (ROOT / "docs" / "training.md").read_text()

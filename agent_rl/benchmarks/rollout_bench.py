@@ -18,8 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agent_rl.model_store import resolve_model
-from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+from agent_rl.rollout.actor import RolloutActor
 from agent_rl.rollout.chat_tokens import ChatTokens
+from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
 from agent_rl.rollout.weight_sync import cpu_state_dict
 

@@ -203,6 +203,14 @@ def train_command(
     console.print(f"run dir: {summary.run_dir}  updates: {summary.updates}  "
                   f"updates/hour: {summary.updates_per_hour:.1f}  max lag: {summary.lag_max}")
     console.print(f"ledger (saved in {summary.run_dir}/ledger.json): {summary.ledger}")
+    from agent_rl.diagnostics.plot import plot_run
+
+    try:
+        plots = plot_run(summary.run_dir)
+    except FileNotFoundError:  # no update finished, so no metrics to plot
+        plots = []
+    if plots:
+        console.print(f"plots: {plots[0].parent}")
 
 
 @app.command("sft")
@@ -214,7 +222,8 @@ def sft_command(
 ) -> None:
     """Supervised cold start: train on demonstrations (the env oracle's, or your JSONL chats)."""
     from agent_rl.config import parse_key_values
-    from agent_rl.learn.sft import load_sft_config, run_sft
+    from agent_rl.learn.sft import run_sft
+    from agent_rl.learn.sft_config import load_sft_config
     from agent_rl.model_store import resolve_model
 
     config = load_sft_config(config_path, overrides=parse_key_values(overrides or [], "--set"))

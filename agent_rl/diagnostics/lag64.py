@@ -79,7 +79,8 @@ def ensure_sft_start(sft: Path | None, out_dir: Path, sft_config: Path,
         return MAIN_JOB_SFT
     own = out_dir / "sft"
     if not (own / SFT_DONE).exists():
-        from agent_rl.learn.sft import load_sft_config, run_sft
+        from agent_rl.learn.sft import run_sft
+        from agent_rl.learn.sft_config import load_sft_config
 
         on_status(f"no finished SFT at {MAIN_JOB_SFT}: training one from {sft_config} into {own}")
         run_sft(load_sft_config(sft_config, overrides={"out_dir": str(own)}))

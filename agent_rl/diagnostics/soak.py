@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from agent_rl.config import with_overrides
-from agent_rl.orchestrate.faults import DRIVER_FAULTS, KILL_LEARNER, FaultConfig, LearnerKilled
+from agent_rl.fault_config import FaultConfig
+from agent_rl.orchestrate.faults import DRIVER_FAULTS, KILL_LEARNER, LearnerKilled
 from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.train_config import TrainConfig, load_train_config
 

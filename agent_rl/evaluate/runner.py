@@ -353,7 +353,8 @@ async def _start_actor(
     seed: int | None,
     dtype: str | None = None,
 ) -> Any:
-    from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+    from agent_rl.rollout.actor import RolloutActor
+    from agent_rl.rollout.config import RolloutConfig
     from agent_rl.rollout.engine import EngineConfig
 
     engine_dir = _engine_model_dir(resolved.model_dir)

@@ -1,9 +1,10 @@
 """Checkpoints a killed run can resume from without training twice on a group or losing one.
 
 A checkpoint is a folder `checkpoints/update_NNNNNN/` holding the learner (model, optimizer,
-policy version), the RNG states, and `run_state.json`: the ledger, the data position (the next
-task index and the task indices that were still being rolled out, which a resumed run generates
-again) and the groups that were generated but not yet trained (kept, so none is lost). It is
+policy version), the RNG states, and `run_state.json`: what the caller needs to go on (the
+pipeline's `RunState`: the ledger, the data position and the groups generated but not yet
+trained, kept so none is lost), as plain JSON, so that checkpoints know nothing of the
+pipeline. It is
 written to a temporary folder and renamed into place, so a kill mid-write leaves the previous
 checkpoint intact.
 """
@@ -21,7 +22,6 @@ import numpy as np
 import torch
 
 from agent_rl.errors import UserError
-from agent_rl.orchestrate.run_state import RunState
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class CheckpointWriteError(UserError, OSError):
 
 
 def save_checkpoint(
-    run_dir: Path, learner_state: dict[str, Any], state: RunState, keep: int = 2
+    run_dir: Path, learner_state: dict[str, Any], run_state: dict[str, Any], keep: int = 2
 ) -> Path:
     """Write a checkpoint for the learner's current version; keep only the newest `keep`."""
     root = Path(run_dir) / CHECKPOINTS_DIR
@@ -46,7 +46,7 @@ def save_checkpoint(
         partial.mkdir()
         torch.save(learner_state, partial / "learner.pt")
         torch.save(_rng_state(), partial / "rng.pt")
-        (partial / "run_state.json").write_text(json.dumps(state.to_dict(), default=str))
+        (partial / "run_state.json").write_text(json.dumps(run_state, default=str))
     except (OSError, RuntimeError) as error:
         # torch.save reports a full disk as a RuntimeError from its zip writer.
         shutil.rmtree(partial, ignore_errors=True)
@@ -84,8 +84,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return checkpoints[-1] if checkpoints else None
 
 
-def load_checkpoint(path: Path) -> tuple[dict[str, Any], RunState]:
-    """The learner state (for `Learner.load_state_dict`) and the run state; restores RNG states."""
+def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The learner state (for `Learner.load_state_dict`) and the run state as saved; restores
+    RNG states."""
     path = Path(path)
     missing = [n for n in ("learner.pt", "rng.pt", "run_state.json") if not (path / n).exists()]
     if missing:
@@ -94,8 +95,7 @@ def load_checkpoint(path: Path) -> tuple[dict[str, Any], RunState]:
     learner_state = torch.load(path / "learner.pt", map_location="cpu", weights_only=True)
     # Our own file: numpy's RNG state is an ndarray, which weights_only refuses.
     _restore_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    state = RunState.from_dict(json.loads((path / "run_state.json").read_text()))
-    return learner_state, state
+    return learner_state, json.loads((path / "run_state.json").read_text())
 
 
 def _rng_state() -> dict[str, Any]:

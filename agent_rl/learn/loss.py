@@ -14,25 +14,10 @@ are switches that default off. Inputs hold model tokens only: the caller applies
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
-from pydantic import Field
 
-from agent_rl.config import StrictModel
-
-ISLevel = Literal["token", "sequence"]
-
-
-class LossConfig(StrictModel):
-    """Switches of the objective; the defaults are the method (no clip, token IS, no KL)."""
-
-    clip: float | None = Field(None, gt=0, description="truncate IS weights here (TIS); None: unclipped")
-    is_level: ISLevel = Field(
-        "token", description="IS weight per token, or 'sequence': one ratio per response"
-    )
-    kl_coef: float = Field(0.0, ge=0, description="weight of a k3 KL penalty towards the behavior policy")
-
+from agent_rl.learn.config import ISLevel, LossConfig
 
 METHOD = LossConfig()
 """The objective as published: unclipped token-level IS, no KL term."""

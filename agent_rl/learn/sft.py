@@ -17,58 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import Field, model_validator
 
-from agent_rl.config import StrictModel, dump_config, load_config
-from agent_rl.env_config import EnvConfig
-from agent_rl.learn.learner import LearnerConfig
-
-__all__ = ["SFTConfig", "SFTSummary", "demonstration_sample", "load_sft_config", "run_sft",
-           "sft_step"]
+from agent_rl.config import dump_config
+from agent_rl.learn.sft_config import SFTConfig
 
 logger = logging.getLogger(__name__)
-
-
-def _sft_learner() -> LearnerConfig:
-    return LearnerConfig(lr=1e-5, max_grad_norm=1.0)
-
-
-class SFTConfig(StrictModel):
-    """One SFT run: the model, where demonstrations come from, the learner, the outputs."""
-
-    model: str = Field("tiny", description="'default', 'tiny', or a checkpoint directory")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="the model's dtype")
-    seed: int = Field(0, description="seed of the demonstration order and the model")
-    out_dir: Path = Field(Path("runs/sft"), description="where the run's files go")
-    resume: bool = Field(True, description="continue from the newest checkpoint in out_dir")
-    env: EnvConfig = Field(
-        default_factory=EnvConfig,
-        description="the env whose oracle plays the demos (its train split only); "
-        "env.kwargs.categories picks the categories",
-    )
-    demos_per_category: int | None = Field(
-        None, ge=1, description="oracle demonstrations per category, from the train split"
-    )
-    oracle: bool = Field(True, description="include the env oracle's demonstrations")
-    demonstration_files: list[Path] = Field(
-        default_factory=list, description="JSONL files of chat conversations to train on too"
-    )
-    epochs: float = Field(1.0, gt=0, description="passes over the demonstrations")
-    batch_size: int = Field(8, ge=1, description="demonstrations per optimizer step")
-    learner: LearnerConfig = Field(
-        default_factory=_sft_learner,
-        description="the RL learner's config; here lr defaults to 1e-5 and max_grad_norm to 1.0",
-    )
-
-    @model_validator(mode="after")
-    def _train_split_only(self) -> SFTConfig:
-        if self.env.split != "train":
-            raise ValueError(f"env.split is {self.env.split!r}: demonstrations come from the "
-                             "train split only, so held-out tasks stay unseen")
-        return self
 
 
 @dataclass
@@ -79,10 +35,6 @@ class SFTSummary:
     dropped: dict[str, int]
     model_dir: Path
     final_loss: float
-
-
-def load_sft_config(path: str | Path, overrides: dict[str, Any] | None = None) -> SFTConfig:
-    return load_config(path, SFTConfig, overrides)
 
 
 def demonstration_sample(row: dict[str, Any]) -> Any:
@@ -168,7 +120,6 @@ def run_sft(
     from agent_rl.learn.learner import Learner, learner_device
     from agent_rl.metrics import MetricsWriter
     from agent_rl.model_store import resolve_model
-    from agent_rl.orchestrate.run_state import RunState
 
     model_dir = resolve_model(config.model, config.dtype)
     learner_device(config.learner.device)
@@ -196,7 +147,7 @@ def run_sft(
                 on_step(learner.version, num_steps, metrics)
     final = latest_checkpoint(run_dir)
     if final is None or not (final / EXPORT_DIR / "config.json").exists():
-        final = save_checkpoint(run_dir, learner.state_dict(), RunState(), keep=1)
+        final = save_checkpoint(run_dir, learner.state_dict(), {}, keep=1)
         export_hf_checkpoint(learner.rollout_state_dict(), model_dir, final / EXPORT_DIR)
     return SFTSummary(run_dir=run_dir, steps=learner.version, demonstrations=len(rows),
                       dropped=dropped, model_dir=final / EXPORT_DIR,

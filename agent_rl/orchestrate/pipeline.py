@@ -86,7 +86,6 @@ class RunSummary:
     lag_max: int
     final_metrics: dict[str, Any]
     resumed_from: int | None = None
-    plots: list[Path] = field(default_factory=list)
     faults: dict[str, Any] = field(default_factory=dict)
 
 
@@ -173,7 +172,8 @@ class Pipeline:
         state, self.resumed_from = RunState(), None
         checkpoint = latest_checkpoint(self.run_dir) if config.resume else None
         if checkpoint is not None:
-            learner_state, state = load_checkpoint(checkpoint)
+            learner_state, saved = load_checkpoint(checkpoint)
+            state = RunState.from_dict(saved)
             self.learner.load_state_dict(learner_state)
             self.resumed_from = self.learner.version
             logger.info("resumed from %s at version %d", checkpoint, self.learner.version)
@@ -243,7 +243,6 @@ class Pipeline:
             lag_max=scheduler.lag_max,
             final_metrics=self.last_metrics,
             resumed_from=self.resumed_from,
-            plots=_plot_quietly(self.run_dir),
             faults=self.fault_report(),
         )
 
@@ -343,7 +342,7 @@ class Pipeline:
         }
 
     def _checkpoint(self) -> None:
-        save_checkpoint(self.run_dir, self.learner.state_dict(), self.scheduler.snapshot(),
+        save_checkpoint(self.run_dir, self.learner.state_dict(), self.scheduler.snapshot().to_dict(),
                         self.config.pipeline.keep_checkpoints)
         self._save_ledger()
 
@@ -380,12 +379,3 @@ class Pipeline:
             self.pool.shutdown(grace_s)
         if self.started_ray:
             stop_ray(descendants)
-
-
-def _plot_quietly(run_dir: Path) -> list[Path]:
-    from agent_rl.diagnostics.plot import plot_run
-
-    try:
-        return plot_run(run_dir)
-    except FileNotFoundError:
-        return []

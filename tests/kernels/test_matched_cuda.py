@@ -251,7 +251,8 @@ def test_learner_trains_with_logprobs_equal_to_paged_decode(device: str, dtype: 
                                                             tmp_path: Path) -> None:
     """A lag-0 update's importance weights are exactly 1 (learner == rollout bit for bit), and
     stay so after each of three optimizer steps taken on `device`."""
-    from agent_rl.learn.learner import Learner, LearnerConfig
+    from agent_rl.learn.config import LearnerConfig
+    from agent_rl.learn.learner import Learner
     from agent_rl.trajectory import Group, Trajectory
 
     model_dir = _save_hf_checkpoint(_random_model(), tmp_path / "model")
@@ -287,7 +288,8 @@ def test_learner_trains_with_logprobs_equal_to_paged_decode(device: str, dtype: 
 @pytest.mark.parametrize("device", DEVICES)
 def test_learner_checkpoint_moves_between_devices(device: str, tmp_path: Path) -> None:
     """A checkpoint written on `device` resumes on the CPU with the same weights and optimizer."""
-    from agent_rl.learn.learner import Learner, LearnerConfig
+    from agent_rl.learn.config import LearnerConfig
+    from agent_rl.learn.learner import Learner
 
     model_dir = _save_hf_checkpoint(_random_model(), tmp_path / "model")
     learner = Learner(model_dir, LearnerConfig(lr=1e-3, device=device))

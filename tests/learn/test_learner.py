@@ -10,7 +10,8 @@ import torch
 
 from agent_rl.learn.advantages import group_advantages
 from agent_rl.learn.checkpoint import load_checkpoint, save_checkpoint
-from agent_rl.learn.learner import Learner, LearnerConfig, LearnerError, Sample
+from agent_rl.learn.config import LearnerConfig
+from agent_rl.learn.learner import Learner, LearnerError, Sample
 from agent_rl.orchestrate.ledger import Ledger
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import Group, Trajectory
@@ -150,13 +151,14 @@ def test_checkpoint_resume_continues_the_same_run(tiny_model: Path, tmp_path: Pa
     queued = Group("queued", "task", groups[0].trajectories)
     state = RunState(next_task_index=7, in_flight_task_indices=[5, 6], queued_groups=[queued],
                      ledger=ledger)
-    path = save_checkpoint(tmp_path, learner.state_dict(), state)
+    path = save_checkpoint(tmp_path, learner.state_dict(), state.to_dict())
     expected_noise = torch.rand(3)
     learner.train_step(groups)
     expected = [p.detach().clone() for p in learner.parameters]
 
     resumed = _learner(tiny_model)
-    learner_state, restored = load_checkpoint(path)
+    learner_state, saved = load_checkpoint(path)
+    restored = RunState.from_dict(saved)
     resumed.load_state_dict(learner_state)
     assert torch.equal(torch.rand(3), expected_noise)  # RNG restored
     assert resumed.version == 1
@@ -271,8 +273,8 @@ def test_bf16_learner_steps_fp32_master_weights(tiny_model: Path, tmp_path: Path
         learner.train_step(groups)
     assert all(p.dtype == torch.bfloat16 for p in learner.parameters)
     assert all(m.dtype == torch.float32 for m in learner.master_weights)
-    moved = [not torch.equal(m.detach(), s.float()) for m, s in zip(learner.master_weights, start, strict=True)]
-    assert all(moved)
+    masters = zip(learner.master_weights, start, strict=True)
+    assert all(not torch.equal(m.detach(), s.float()) for m, s in masters)
     for param, master in zip(learner.parameters, learner.master_weights, strict=True):
         assert torch.equal(param.detach(), master.detach().to(torch.bfloat16))
 

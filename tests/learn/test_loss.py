@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from agent_rl.learn.advantages import group_advantages, has_reward_variance
-from agent_rl.learn.loss import LossConfig, importance_weights, k3_kl, reinforce_loss
+from agent_rl.learn.config import LossConfig
+from agent_rl.learn.loss import importance_weights, k3_kl, reinforce_loss
 
 # Group rewards [1, 0] -> advantages [+0.5, -0.5].
 # Response 1: learner p = (0.5, 0.25), behavior p = (0.25, 0.25) -> w = (2, 1).

@@ -14,6 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from agent_rl.env_config import EnvConfig
+from agent_rl.learn.config import LearnerConfig
 from agent_rl.learn.demonstrations import (
     DemonstrationError,
     chat_file_demonstrations,
@@ -22,8 +23,9 @@ from agent_rl.learn.demonstrations import (
     play_demonstration,
 )
 from agent_rl.learn.hf_export import InitFromError, resolve_init_from
-from agent_rl.learn.learner import Learner, LearnerConfig
-from agent_rl.learn.sft import SFTConfig, demonstration_sample, run_sft, sft_step
+from agent_rl.learn.learner import Learner
+from agent_rl.learn.sft import demonstration_sample, run_sft, sft_step
+from agent_rl.learn.sft_config import SFTConfig
 from envs.loading import make_env
 from envs.policies import OraclePolicy
 from envs.tasks import load_tasks
@@ -75,7 +77,8 @@ def test_incremental_ids_equal_the_whole_conversation_rendered_by_the_template(t
 def test_sft_ids_equal_the_rollout_ids_for_the_same_turns(tokenizer, demos):
     """The rollout actor's episode loop, handed the demonstration's turns as its samples,
     records the very ids and mask the demonstration holds."""
-    from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+    from agent_rl.rollout.actor import RolloutActor
+    from agent_rl.rollout.config import RolloutConfig
     from agent_rl.rollout.engine import EngineConfig
     from agent_rl.rollout.episode import SampledTurn
 

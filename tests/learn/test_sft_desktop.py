@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from agent_rl.learn.sft import SFTConfig, build_demonstrations, load_sft_config
+from agent_rl.learn.sft import build_demonstrations
+from agent_rl.learn.sft_config import SFTConfig, load_sft_config
 from envs.desktop.apps import APT_PACKAGES
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.desktop.generate import generate_tasks

@@ -21,12 +21,11 @@ from agent_rl.config import ConfigError
 from agent_rl.env_config import EnvConfig
 from agent_rl.learn.checkpoint import (
     CheckpointWriteError,
-    RunState,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
-from agent_rl.learn.learner import LearnerConfig
+from agent_rl.learn.config import LearnerConfig
 from agent_rl.orchestrate.faults import (
     DELAY_BROADCAST,
     DRIVER_FAULTS,
@@ -46,7 +45,8 @@ from agent_rl.orchestrate.faults import (
 from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.orchestrate.pipeline import train
 from agent_rl.orchestrate.ray_session import RayUnreachableError, check_ray_address
-from agent_rl.rollout.actor import RolloutConfig
+from agent_rl.orchestrate.run_state import RunState
+from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
 from agent_rl.train_config import PipelineConfig, TrainConfig, load_train_config
 
@@ -180,10 +180,10 @@ def tiny_disk(tmp_path: Path):
 
 
 def test_full_disk_gives_a_checkpoint_error_and_keeps_the_previous_checkpoint(tiny_disk) -> None:
-    save_checkpoint(tiny_disk, {"version": 1, "model": {"w": torch.zeros(10)}}, RunState())
+    save_checkpoint(tiny_disk, {"version": 1, "model": {"w": torch.zeros(10)}}, RunState().to_dict())
     too_big = {"version": 2, "model": {"w": torch.zeros(1 << 20)}}  # 4 MiB
     with pytest.raises(CheckpointWriteError, match="free disk space"):
-        save_checkpoint(tiny_disk, too_big, RunState())
+        save_checkpoint(tiny_disk, too_big, RunState().to_dict())
     assert latest_checkpoint(tiny_disk).name == "update_000001"
     assert not list((tiny_disk / "checkpoints").glob(".partial_*"))
     learner_state, _ = load_checkpoint(latest_checkpoint(tiny_disk))

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from agent_rl.config import ConfigError, with_overrides
+from agent_rl.diagnostics.plot import plot_run
 from agent_rl.env_config import EnvConfig
-from agent_rl.learn.loss import LossConfig
+from agent_rl.learn.config import LossConfig
 from agent_rl.metrics import read_metrics
 from agent_rl.orchestrate.ledger import FLAT_FILTERED
 from agent_rl.orchestrate.pipeline import RunSummary, train
@@ -151,7 +152,8 @@ def test_async_run_trains_at_lag_above_one_within_max_lag(async_run) -> None:
         # Where the rollout's time went since its first group: the shares make the whole.
         shares = [record[f"rollout/{part}_share"] for part in ("decoding", "env_wait", "idle")]
         assert shares[0] > 0 and sum(shares) == pytest.approx(1.0)
-    assert {p.name for p in summary.plots} >= {"importance_weights.png", "lag.png"}
+    plots = plot_run(summary.run_dir)
+    assert {p.name for p in plots} >= {"importance_weights.png", "lag.png"}
     assert (summary.run_dir / "config.yaml").exists()
     # The held-out evaluation at update 5 ran on that version's weights, every episode graded.
     assert "eval/reward_mean" not in records[3] and records[4]["eval/env_errors"] == 0

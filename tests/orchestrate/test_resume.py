@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from agent_rl.fault_config import FaultConfig
 from agent_rl.learn.checkpoint import latest_checkpoint
-from agent_rl.orchestrate.faults import FaultConfig, LearnerKilled
+from agent_rl.orchestrate.faults import LearnerKilled
 from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.orchestrate.pipeline import train
 from agent_rl.train_config import TrainConfig

@@ -20,8 +20,9 @@ from safetensors.torch import load_file
 from test_rollout_envs import CounterToolEnv
 from transformers import AutoTokenizer
 
-from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+from agent_rl.rollout.actor import RolloutActor
 from agent_rl.rollout.chat_tokens import ChatTokens
+from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
 from agent_rl.rollout.weight_sync import WeightVersionError
 from agent_rl.trajectory import Trajectory, group_lag

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from test_rollout_envs import CounterToolEnv
 
-from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+from agent_rl.rollout.actor import RolloutActor
+from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
 
 pytestmark = pytest.mark.slow

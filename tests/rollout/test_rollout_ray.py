@@ -13,7 +13,8 @@ import pytest
 import test_rollout_envs
 from safetensors.torch import load_file
 
-from agent_rl.rollout.actor import RolloutConfig, make_rollout_actor
+from agent_rl.rollout.actor import make_rollout_actor
+from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
 
 ray = pytest.importorskip("ray")

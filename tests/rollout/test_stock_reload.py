@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from agent_rl.learn.learner import Learner
-from agent_rl.rollout.actor import RolloutActor, RolloutConfig
+from agent_rl.rollout.actor import RolloutActor
+from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
 
 pytestmark = pytest.mark.slow
