@@ -14,8 +14,18 @@ END_TERMINATED = "terminated"
 END_TRUNCATED = "truncated"
 END_CONTEXT_BUDGET = "context_budget"
 END_ENV_ERROR = "env_error"  # the env or a tool raised: the episode has no verdict
-# `info` key: the first token index of each turn whose prompt older weights may have prefilled
-STALE_CONTEXT_TURNS = "stale_context_turns"
+# `info` key: the first token index of each turn whose prompt older weights may have prefilled;
+# its tokens carry the new version but are not lag 0 (`agent_rl.learn.samples.lag0_tokens`)
+LAG0_EXCLUDED_TURNS = "lag0_excluded_turns"
+# `info` key: the episode's tool calls (`tool_calls`)
+TOOL_CALLS = "tool_calls_total"
+
+
+def tool_calls(trajectory: Trajectory) -> int:
+    """The episode's tool calls: well-formed calls the env ran, of tools other than the final
+    `answer`. Training's charts and evaluation's reports both count these; a malformed attempt
+    is a format failure, counted by the format penalty, not a tool call."""
+    return int(trajectory.info.get(TOOL_CALLS, 0))
 
 
 @dataclass

@@ -33,7 +33,6 @@ from agent_rl.trajectory import Group, Trajectory
 logger = logging.getLogger(__name__)
 
 DEFAULT_ENV_ID = "agent_rl/PythonTool-v0"
-TOOL_CALL_TAG = "<tool_call>"
 COMPARE_FILE = "compare.md"
 
 
@@ -142,21 +141,12 @@ def episode_result(
     tokenizer: Any,
     success_threshold: float = SUCCESS_THRESHOLD,
 ) -> EpisodeResult:
-    """Reduce a trajectory to its report figures and decoded transcript.
-
-    Tool calls are counted as `<tool_call>` blocks in the model's own text: the env's step info
-    reports only the latest turn, and this counts malformed attempts too, which is what the
-    model spent its turns on.
-    """
-    from agent_rl.trajectory import END_ENV_ERROR, END_TERMINATED
-    from envs.tool_calls import parse_tool_calls
-    from envs.tools import ANSWER_TOOL_NAME
+    """Reduce a trajectory to its report figures and decoded transcript. Tool calls are
+    training's (`agent_rl.trajectory.tool_calls`), so a report and a run's charts agree."""
+    from agent_rl.trajectory import END_ENV_ERROR, END_TERMINATED, tool_calls
 
     transcript = transcript_segments(trajectory, tokenizer)
-    model_text = [segment["text"] for segment in transcript if segment["source"] == "model"]
-    num_tool_calls = sum(text.count(TOOL_CALL_TAG) for text in model_text)
-    used_tool = any(call.name != ANSWER_TOOL_NAME
-                    for text in model_text for call in parse_tool_calls(text).valid_calls)
+    num_tool_calls = tool_calls(trajectory)
     return EpisodeResult(
         task_id=trajectory.task_id,
         category=trajectory.category or "default",
@@ -168,7 +158,7 @@ def episode_result(
         num_tokens=len(trajectory.token_ids),
         end_reason=trajectory.end_reason,
         transcript=transcript,
-        used_tool=used_tool,
+        used_tool=num_tool_calls > 0,
         answered=trajectory.end_reason == END_TERMINATED,
         success_threshold=success_threshold,
         error=trajectory.info.get("error") if trajectory.end_reason == END_ENV_ERROR else None,

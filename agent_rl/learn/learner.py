@@ -5,183 +5,44 @@ One update reads top to bottom in `Learner.train_step`: advantages per group, sa
 token-budget micro-batches, a forward and backward per micro-batch (gradients accumulate), the
 pre-clip gradient norm, the optimizer step, the version bump. The model is the matched-kernel
 Llama (`kernels.llama.MatchedLlama`) so that at lag 0 the learner's logprobs equal the rollout's
-bit for bit, or plain transformers (in the run's dtype, its log_softmax in fp32) when matched
-kernels are off.
+bit for bit, or plain transformers when matched kernels are off (`agent_rl.learn.policy`).
+The update returns an `UpdateResult`: what the scheduler needs (lag, flat groups) typed, beside
+the metrics it logs (`agent_rl.learn.update_metrics`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import math
 import time
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from agent_rl.learn.advantages import group_advantages, has_reward_variance
 from agent_rl.learn.config import LearnerConfig, LossConfig
+from agent_rl.learn.errors import LearnerError
 from agent_rl.learn.loss import k3_kl, response_loss
-from agent_rl.trajectory import STALE_CONTEXT_TURNS, Group, Trajectory
+from agent_rl.learn.policy import MatchedPolicy, PolicyModel, TransformersPolicy
+from agent_rl.learn.samples import Sample, lag0_tokens, micro_batches
+from agent_rl.learn.update_metrics import group_metrics, lag_metrics, weight_metrics
+from agent_rl.trajectory import Group
 
 logger = logging.getLogger(__name__)
 
 
-class LearnerError(RuntimeError):
-    """Data the learner cannot train on, or a model it cannot build."""
+@dataclass(frozen=True)
+class UpdateResult:
+    """One optimizer update: what the pipeline acts on, typed, and the metrics it logs."""
 
-
-class PolicyModel(Protocol):
-    """What the learner needs of a model, whichever kernels compute it."""
-
-    module: torch.nn.Module
-
-    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(T,) ids -> (T-1,) logprob of each next token, differentiable."""
-        ...
-
-    def rollout_state_dict(self) -> dict[str, torch.Tensor]:
-        """Weights under Hugging Face names, as the rollout engine loads them."""
-        ...
-
-
-class TransformersPolicy:
-    """Plain transformers, with the vocabulary projection's log_softmax done in fp32."""
-
-    def __init__(self, model_dir: Path, dtype: str, temperature: float, checkpointing: bool):
-        from transformers import AutoModelForCausalLM
-
-        self.module = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
-        self.module.config.use_cache = False
-        if dtype != "float32":
-            for layer in self.module.modules():
-                if isinstance(layer, torch.nn.Linear):
-                    layer.forward = partial(_fp32_accumulated_linear, layer)
-        if checkpointing:
-            self.module.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        self.temperature = temperature
-
-    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
-        logits = self.module(input_ids=input_ids[None], use_cache=False).logits[0, :-1].float()
-        if self.temperature != 1.0:
-            logits = logits / self.temperature
-        logprobs = torch.log_softmax(logits, dim=-1)
-        return logprobs.gather(-1, input_ids[1:, None]).squeeze(-1)
-
-    def rollout_state_dict(self) -> dict[str, torch.Tensor]:
-        state = {name: tensor.detach() for name, tensor in self.module.state_dict().items()}
-        if getattr(self.module.config, "tie_word_embeddings", False):
-            # vLLM ties lm_head to the embedding itself; sending it twice doubles the broadcast.
-            state.pop("lm_head.weight", None)
-        return state
-
-
-def _fp32_accumulated_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """A bf16 linear layer as GPU and AMX GEMMs compute it: fp32 products and sums, the output
-    rounded to bf16. On the CPU, torch's own bf16 GEMM runs 10-80x slower than fp32 where the
-    CPU has no native bf16 (AVX2: 1.7-17 GFLOP/s against 110-150), backward included."""
-    if x.device.type != "cpu" or x.dtype == torch.float32:
-        return torch.nn.functional.linear(x, layer.weight, layer.bias)
-    bias = None if layer.bias is None else layer.bias.float()
-    return torch.nn.functional.linear(x.float(), layer.weight.float(), bias).to(x.dtype)
-
-
-class MatchedPolicy:
-    """The matched-kernel Llama: the same ops, in the same reduction order, as the rollout."""
-
-    def __init__(self, model_dir: Path, dtype: str, temperature: float, checkpointing: bool):
-        try:
-            from kernels.llama import MatchedLlama
-        except ImportError as err:
-            raise LearnerError(
-                f"matched_kernels=True needs kernels.llama.MatchedLlama, which failed to import "
-                f"({err}); set matched_kernels: false to train with plain transformers"
-            ) from err
-        self.module = MatchedLlama.from_pretrained(model_dir, dtype=getattr(torch, dtype))
-        self.module.activation_checkpointing = checkpointing
-        self.temperature = temperature
-
-    def token_logprobs(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.module.token_logprobs(input_ids, self.temperature)
-
-    def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: list[torch.Tensor]
-                               ) -> list[torch.Tensor]:
-        return self.module.shared_prefix_logprobs(prefix, suffixes, self.temperature)
-
-    def packed_token_logprobs(self, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
-        return self.module.packed_token_logprobs(sequences, self.temperature)
-
-    def rollout_state_dict(self) -> dict[str, torch.Tensor]:
-        from kernels.llama import hf_name
-
-        return {hf_name(name): tensor.detach() for name, tensor in self.module.state_dict().items()}
-
-
-@dataclass
-class Sample:
-    """One response cut for training: position t of the arrays predicts token t+1."""
-
-    token_ids: torch.Tensor  # (T,) the whole episode: prompt, model turns, tool results
-    model_positions: torch.Tensor  # (N,) positions in the (T-1,) logprob row that were sampled
-    behavior_logprobs: torch.Tensor  # (N,) what the rollout recorded for those tokens
-    policy_versions: torch.Tensor  # (N,) the policy version that sampled each token
-    advantage: float
-    needs_grad: bool = True  # False: forwarded for the IS/KL metrics only (a flat group)
-    stale_turn_starts: tuple[int, ...] = ()  # model positions where a stale-context turn begins
-    group: int = -1  # index of its group in the update: responses to one prompt share a prefix
-
-    @classmethod
-    def from_trajectory(cls, trajectory: Trajectory, advantage: float) -> Sample:
-        mask = torch.tensor(trajectory.loss_mask[1:], dtype=torch.bool)
-        if trajectory.loss_mask[0]:
-            raise LearnerError(
-                f"trajectory of task {trajectory.task_id} marks its first token as sampled; the "
-                "first token is always prompt (loss_mask[0] must be 0)"
-            )
-        positions = mask.nonzero().squeeze(-1)
-        versions = torch.tensor(trajectory.policy_versions[1:], dtype=torch.long)[positions]
-        if (versions < 0).any():
-            raise LearnerError(
-                f"trajectory of task {trajectory.task_id} has sampled tokens with policy version "
-                "-1; the rollout must record the version that sampled each model token"
-            )
-        return cls(
-            token_ids=torch.tensor(trajectory.token_ids, dtype=torch.long),
-            model_positions=positions,
-            behavior_logprobs=torch.tensor(trajectory.behavior_logprobs[1:], dtype=torch.float64)[
-                positions
-            ],
-            policy_versions=versions,
-            advantage=advantage,
-            stale_turn_starts=tuple(
-                index - 1 for index in trajectory.info.get(STALE_CONTEXT_TURNS, ())
-            ),
-        )
-
-    @property
-    def num_tokens(self) -> int:
-        return self.token_ids.numel()
-
-
-def micro_batches(samples: list[Sample], token_budget: int) -> Iterator[list[Sample]]:
-    """Consecutive runs of samples whose tokens fit the budget (a longer sample goes alone)."""
-    batch: list[Sample] = []
-    tokens = 0
-    for sample in samples:
-        if batch and tokens + sample.num_tokens > token_budget:
-            yield batch
-            batch, tokens = [], 0
-        batch.append(sample)
-        tokens += sample.num_tokens
-    if batch:
-        yield batch
+    version: int  # the policy version these weights now have
+    lag_max: int  # the oldest sampled token of the update, in updates
+    flat_groups: int  # groups without reward variance: no gradient, counted for dynamic sampling
+    tokens: int  # tokens forwarded
+    metrics: dict[str, Any]
 
 
 class Learner:
@@ -225,17 +86,20 @@ class Learner:
         with torch.no_grad():
             return self.policy.token_logprobs(ids).cpu()
 
-    def train_step(self, groups: list[Group]) -> dict[str, Any]:
-        """One optimizer update on `groups`; returns the update's metrics."""
+    def train_step(self, groups: list[Group]) -> UpdateResult:
+        """One optimizer update on `groups`."""
         start = time.perf_counter()
         metrics = self.accumulate_gradients(groups)
         metrics["losses/lr"] = self.learning_rate()
         metrics["losses/grad_norm"] = self.apply_gradients()
         elapsed = time.perf_counter() - start
+        tokens = metrics.pop("forward_tokens")
         metrics["perf/learner_step_s"] = elapsed
-        metrics["perf/learner_tokens_per_s"] = metrics.pop("forward_tokens") / elapsed
+        metrics["perf/learner_tokens_per_s"] = tokens / elapsed
         metrics["policy_version"] = self.version
-        return metrics
+        return UpdateResult(version=self.version, lag_max=int(metrics.get("lag/max", 0)),
+                            flat_groups=int(metrics["charts/zero_variance_groups"]),
+                            tokens=tokens, metrics=metrics)
 
     def accumulate_gradients(self, groups: list[Group]) -> dict[str, Any]:
         """Fill `.grad` of every parameter with the gradient of the loss on `groups`.
@@ -279,7 +143,7 @@ class Learner:
 
         b_weights: list[torch.Tensor] = []
         b_kl: list[torch.Tensor] = []
-        b_fresh: list[torch.Tensor] = []  # lag-0 tokens whose turn began on these weights too
+        b_lag0: list[torch.Tensor] = []  # tokens sampled, context and all, on these weights
         total_loss = 0.0
         forward_tokens = 0
         self.zero_grad()
@@ -294,9 +158,8 @@ class Learner:
                     learner_logprobs = logprobs.double().cpu()
                     b_weights.append(torch.exp(learner_logprobs - sample.behavior_logprobs))
                     b_kl.append(k3_kl(learner_logprobs, sample.behavior_logprobs))
-                    b_fresh.append(same_weights_tokens(sample.model_positions,
-                                                       sample.policy_versions, trained_at,
-                                                       sample.stale_turn_starts))
+                    b_lag0.append(lag0_tokens(sample.model_positions, sample.policy_versions,
+                                              trained_at, sample.lag0_excluded_turn_starts))
                 forward_tokens += sample.num_tokens
             # Every response counts 1/num_responses, flat groups included, so the loss is the
             # mean over all responses of the update however they were split into micro-batches.
@@ -307,8 +170,8 @@ class Learner:
 
         return {
             "losses/loss": total_loss,
-            **_weight_metrics(b_weights, b_kl, b_fresh),
-            **_lag_metrics(lags),
+            **weight_metrics(b_weights, b_kl, b_lag0),
+            **lag_metrics(lags),
             **group_metrics(groups),
             "charts/zero_variance_groups": zero_variance,
             "charts/trained_responses": sum(sample.needs_grad for sample in b_samples),
@@ -460,96 +323,3 @@ def learner_device(name: str) -> torch.device:
     return device
 
 
-def same_weights_tokens(positions: torch.Tensor, versions: torch.Tensor,
-                        version: int, stale_turn_starts: Sequence[int] = ()) -> torch.Tensor:
-    """The model tokens sampled with weights `version` in a turn that began with them.
-
-    A weight update lands while turns are in flight: the turn goes on with the new weights, and
-    its later tokens carry the new version, but its context's KV was computed by the older
-    ones, so the learner's fresh forward differs from them by the weight change, not by the
-    kernels. A turn is a run of consecutive model positions; requests are salted by version,
-    so a turn that began on `version` computed its whole context with it, unless its prefill
-    began before the update landed: the rollout names those turns (`stale_turn_starts`).
-    """
-    starts = torch.ones_like(positions, dtype=torch.bool)
-    starts[1:] = positions[1:] != positions[:-1] + 1
-    turn_index = starts.long().cumsum(0) - 1
-    turn_ok = versions[starts] == version
-    if stale_turn_starts:
-        turn_ok &= ~torch.isin(positions[starts], torch.tensor(stale_turn_starts))
-    return (versions == version) & turn_ok[turn_index]
-
-
-def _weight_metrics(weights: list[torch.Tensor], kl: list[torch.Tensor],
-                    fresh: list[torch.Tensor]) -> dict[str, float]:
-    """IS weight statistics; `is/lag0_*` over the tokens whose whole turn was sampled with the
-    very weights the learner holds (`same_weights_tokens`), where any deviation from 1 is
-    kernel mismatch alone (0 with matched kernels), apart from the weight lag the other tokens
-    carry."""
-    if not weights:
-        return {}
-    w = torch.cat(weights)
-    median = float(w.median())
-    at_lag0 = w[torch.cat(fresh)]
-    lag0 = {"is/lag0_tokens": int(at_lag0.numel())}
-    if at_lag0.numel():
-        lag0["is/lag0_max_abs_log"] = float(at_lag0.log().abs().max())
-    return {
-        **lag0,
-        "is/max": float(w.max()),
-        "is/min": float(w.min()),
-        "is/median": median,
-        "is/mean": float(w.mean()),
-        "is/max_over_median": float(w.max()) / median if median > 0 else math.inf,
-        "is/kl_k3": float(torch.cat(kl).mean()),
-        "is/tokens": int(w.numel()),
-    }
-
-
-LAG_SHARE_THRESHOLDS = (16, 32, 48)  # `lag/share_ge_N`: how much of an update is far behind
-
-
-def _lag_metrics(lags: torch.Tensor) -> dict[str, Any]:
-    """Lag of every sampled token of the update: mean, max, histogram, and the share at lag
-    >= 16, 32 and 48 (the method's lag-64 setting lives there)."""
-    if not lags.numel():
-        return {}
-    histogram = Counter(lags.tolist())
-    return {
-        "lag/mean": float(lags.double().mean()),
-        "lag/max": int(lags.max()),
-        "lag/hist": {str(lag): count for lag, count in sorted(histogram.items())},
-        **{f"lag/share_ge_{threshold}": float((lags >= threshold).double().mean())
-           for threshold in LAG_SHARE_THRESHOLDS},
-    }
-
-
-def group_metrics(groups: list[Group]) -> dict[str, float]:
-    """Reward and length charts over every response of `groups`."""
-    trajectories = [t for group in groups for t in group.trajectories]
-    rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
-    end_reasons = Counter(t.end_reason for t in trajectories)
-    return {
-        "charts/reward_mean": float(rewards.mean()),
-        "charts/reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        "charts/groups": len(groups),
-        "charts/responses": len(trajectories),
-        "charts/model_tokens_mean": sum(t.num_model_tokens for t in trajectories)
-        / len(trajectories),
-        "charts/episode_tokens_mean": sum(len(t.token_ids) for t in trajectories)
-        / len(trajectories),
-        "charts/turns_mean": sum(t.num_turns for t in trajectories) / len(trajectories),
-        # tool use: calls of tools other than `answer` per episode, and the share that made one
-        "charts/tool_calls_mean": sum(t.info.get("tool_calls_total", 0) for t in trajectories)
-        / len(trajectories),
-        "charts/tool_use_share": sum(t.info.get("tool_calls_total", 0) > 0 for t in trajectories)
-        / len(trajectories),
-        # what a format penalty (envs.format_penalty) took off the reward: reward_mean plus this
-        # is the task's own reward
-        "charts/format_penalty_mean": sum(t.info.get("format_penalty_total", 0.0)
-                                          for t in trajectories) / len(trajectories),
-        # what an env latency profile (envs.latency) made each episode wait, in all
-        "perf/env_latency_s_mean": sum(t.info.get("env_latency_total_s", 0.0)
-                                       for t in trajectories) / len(trajectories),
-        **{f"charts/end_{reason}": count for reason, count in end_reasons.items()},
-    }

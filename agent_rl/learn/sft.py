@@ -40,7 +40,7 @@ class SFTSummary:
 def demonstration_sample(row: dict[str, Any]) -> Any:
     """A demonstration as a learner `Sample`: its model tokens are the ones scored. Samples of
     one batch share a group, so their common prompt is forwarded once."""
-    from agent_rl.learn.learner import Sample
+    from agent_rl.learn.samples import Sample
 
     mask = torch.tensor(row["loss_mask"][1:], dtype=torch.bool)
     positions = mask.nonzero().squeeze(-1)
@@ -57,7 +57,7 @@ def demonstration_sample(row: dict[str, Any]) -> Any:
 def sft_step(learner: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
     """One optimizer step of masked cross-entropy: the mean over the batch's model tokens of
     -log p(token), whatever the micro-batch split."""
-    from agent_rl.learn.learner import micro_batches
+    from agent_rl.learn.samples import micro_batches
 
     start = time.perf_counter()
     samples = [demonstration_sample(row) for row in rows]

@@ -31,7 +31,7 @@ import yaml
 from agent_rl.config import ConfigError, dump_config
 from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
-from agent_rl.learn.learner import group_metrics
+from agent_rl.learn.update_metrics import group_metrics
 from agent_rl.metrics import MetricsWriter, write_summary
 from agent_rl.orchestrate.actor_pool import (
     ActorDied,
@@ -289,11 +289,12 @@ class Pipeline:
         """Train one update on `batch`, broadcast the weights, log, evaluate, checkpoint."""
         update_start = time.perf_counter()
         try:
-            metrics = self.learner.train_step(batch)
+            result = self.learner.train_step(batch)
         except BaseException:
             self.scheduler.untrain(batch)  # not trained: the ledger must still find them queued
             raise
-        filtered = self.scheduler.trained(batch, int(metrics.get("lag/max", 0)))
+        metrics = result.metrics
+        filtered = self.scheduler.trained(batch, result.lag_max)
         metrics["groups/task_ids"] = [group.task_id for group in batch]
         if filtered:
             metrics.update(group_metrics(filtered + batch))

@@ -22,7 +22,8 @@ from agent_rl.trajectory import (
     END_ENV_ERROR,
     END_TERMINATED,
     END_TRUNCATED,
-    STALE_CONTEXT_TURNS,
+    LAG0_EXCLUDED_TURNS,
+    TOOL_CALLS,
     Trajectory,
 )
 from envs.tools import ANSWER_TOOL_NAME
@@ -160,7 +161,7 @@ class EpisodeRecord:
         self.info: dict[str, Any] = {}
         self.tool_calls = 0
         self.format_penalty = 0.0
-        self.stale_turn_starts: list[int] = []
+        self.lag0_excluded_turn_starts: list[int] = []
 
     def adopt_step_info(self, info: dict[str, Any]) -> None:
         """The last step's info, plus the episode's totals (which the last step alone lacks)."""
@@ -181,7 +182,7 @@ class EpisodeRecord:
 
     def append_sampled(self, turn: SampledTurn) -> None:
         if not turn.fresh_context and turn.token_ids:
-            self.stale_turn_starts.append(len(self.token_ids))
+            self.lag0_excluded_turn_starts.append(len(self.token_ids))
         self.token_ids.extend(turn.token_ids)
         self.loss_mask.extend([1] * len(turn.token_ids))
         self.behavior_logprobs.extend(turn.logprobs)
@@ -189,11 +190,11 @@ class EpisodeRecord:
         self.num_turns += 1
 
     def trajectory_info(self) -> dict[str, Any]:
-        info = {**self.info, "tool_calls_total": self.tool_calls}
+        info = {**self.info, TOOL_CALLS: self.tool_calls}
         if self.format_penalty:
             info["format_penalty_total"] = self.format_penalty
-        if self.stale_turn_starts:
-            info[STALE_CONTEXT_TURNS] = list(self.stale_turn_starts)
+        if self.lag0_excluded_turn_starts:
+            info[LAG0_EXCLUDED_TURNS] = list(self.lag0_excluded_turn_starts)
         return info
 
     def to_trajectory(self, group_id: str, sampling: dict[str, Any]) -> Trajectory:

@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from agent_rl.env_config import EnvConfig
 from agent_rl.rollout.episode import EnvThreads, SampledTurn, run_episode
-from agent_rl.trajectory import STALE_CONTEXT_TURNS
+from agent_rl.trajectory import LAG0_EXCLUDED_TURNS
 from envs.format_penalty import FormatPenalty
 from envs.loading import make_env
 
@@ -87,5 +87,5 @@ def test_the_episode_keeps_totals_over_all_its_steps(tiny_model: Path):
     assert record.reward == pytest.approx(0.75)
     assert info["format_penalty_total"] == 0.25
     assert info["tool_calls_total"] == 1
-    assert len(info[STALE_CONTEXT_TURNS]) == 1
+    assert len(info[LAG0_EXCLUDED_TURNS]) == 1
     assert info["end_reason"] == "answer"

@@ -278,7 +278,7 @@ def test_learner_trains_with_logprobs_equal_to_paged_decode(device: str, dtype: 
             groups.append(Group(f"g{g}", f"t{g}", trajectories))
             learner_rows = learner.token_logprobs(sequences[0])
             assert torch.equal(learner_rows, decoded[0].cpu()), f"step {step}, group {g}"
-        metrics = learner.train_step(groups)
+        metrics = learner.train_step(groups).metrics
         assert metrics["is/max"] == 1.0 and metrics["is/min"] == 1.0, metrics
         assert math.isfinite(metrics["losses/loss"]) and metrics["losses/grad_norm"] > 0
     assert learner.version == 3

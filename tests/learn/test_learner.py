@@ -11,7 +11,8 @@ import torch
 from agent_rl.learn.advantages import group_advantages
 from agent_rl.learn.checkpoint import load_checkpoint, save_checkpoint
 from agent_rl.learn.config import LearnerConfig
-from agent_rl.learn.learner import Learner, LearnerError, Sample
+from agent_rl.learn.learner import Learner, LearnerError
+from agent_rl.learn.samples import Sample
 from agent_rl.orchestrate.ledger import Ledger
 from agent_rl.orchestrate.run_state import RunState
 from agent_rl.trajectory import Group, Trajectory
@@ -100,8 +101,9 @@ def test_flat_group_gives_no_gradient_but_is_counted_and_measured(tiny_model: Pa
     learner = _learner(tiny_model)
     rng = random.Random(1)
     flat = Group("flat", "task", [_trajectory(learner, rng, 1.0) for _ in range(3)])
-    metrics = learner.train_step([flat])
-    assert metrics["charts/zero_variance_groups"] == 1
+    result = learner.train_step([flat])
+    metrics = result.metrics
+    assert result.flat_groups == metrics["charts/zero_variance_groups"] == 1
     assert metrics["charts/trained_responses"] == 0
     assert metrics["losses/grad_norm"] == 0.0
     assert metrics["is/tokens"] == 3 * 16  # measured all the same
@@ -115,9 +117,11 @@ def test_lag_is_counted_in_updates_per_token(tiny_model: Path) -> None:
         learner.train_step(groups)
     rng = random.Random(2)
     old = Group("old", "task", [_trajectory(learner, rng, r, version=1) for r in (0.0, 1.0)])
-    metrics = learner.train_step([old])
+    result = learner.train_step([old])
+    metrics = result.metrics
     assert metrics["lag/hist"] == {"2": 32}
-    assert metrics["lag/max"] == 2
+    assert result.lag_max == metrics["lag/max"] == 2
+    assert result.version == 4 and result.tokens == 2 * 27
     assert metrics["is/lag0_tokens"] == 0  # every token is 2 updates old
     assert metrics["is/max"] > 0  # weights are computed against the stored behavior logprobs
 
@@ -220,27 +224,27 @@ def test_shared_prompt_pass_keeps_logprobs_bitwise_and_the_gradient(
 def test_lag0_tokens_exclude_turns_an_update_landed_in() -> None:
     """Two turns (positions 3-5 and 9-11): the first began on version 1 and finished on 2 (its
     KV is partly version 1's), the second ran on 2 throughout. Only the second is pure lag 0."""
-    from agent_rl.learn.learner import same_weights_tokens
+    from agent_rl.learn.samples import lag0_tokens
 
     positions = torch.tensor([3, 4, 5, 9, 10, 11])
     versions = torch.tensor([1, 2, 2, 2, 2, 2])
-    assert same_weights_tokens(positions, versions, 2).tolist() == [False] * 3 + [True] * 3
-    assert same_weights_tokens(positions, versions, 1).tolist() == [True] + [False] * 5
-    assert not same_weights_tokens(positions, versions, 3).any()
+    assert lag0_tokens(positions, versions, 2).tolist() == [False] * 3 + [True] * 3
+    assert lag0_tokens(positions, versions, 1).tolist() == [True] + [False] * 5
+    assert not lag0_tokens(positions, versions, 3).any()
     # The rollout saw the update land between the second turn's submission and its first token.
-    assert not same_weights_tokens(positions, versions, 2, stale_turn_starts=[9]).any()
-    assert same_weights_tokens(positions, versions, 2, stale_turn_starts=[3]).tolist() == (
+    assert not lag0_tokens(positions, versions, 2, excluded_turn_starts=[9]).any()
+    assert lag0_tokens(positions, versions, 2, excluded_turn_starts=[3]).tolist() == (
         [False] * 3 + [True] * 3)
 
 
 def test_stale_context_turns_reach_the_sample_as_logprob_positions(tiny_model: Path) -> None:
-    from agent_rl.trajectory import STALE_CONTEXT_TURNS
+    from agent_rl.trajectory import LAG0_EXCLUDED_TURNS
 
     learner = _learner(tiny_model)
     trajectory = _trajectory(learner, random.Random(0), 1.0)
-    trajectory.info[STALE_CONTEXT_TURNS] = [20]  # the second model turn starts at token 20
+    trajectory.info[LAG0_EXCLUDED_TURNS] = [20]  # the second model turn starts at token 20
     sample = Sample.from_trajectory(trajectory, 1.0)
-    assert sample.stale_turn_starts == (19,)
+    assert sample.lag0_excluded_turn_starts == (19,)
     positions = sample.model_positions.tolist()
     assert 19 in positions and 18 not in positions  # a turn's first position
 
@@ -250,7 +254,7 @@ def test_warmup_ramps_the_learning_rate_and_scales_the_first_steps(tiny_model: P
     start = [p.detach().clone() for p in plain.parameters]
     groups = _groups(plain)
     plain.train_step(groups)
-    rates = [warm.train_step(groups)["losses/lr"] for _ in range(5)]
+    rates = [warm.train_step(groups).metrics["losses/lr"] for _ in range(5)]
     assert rates == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
 
     once = _learner(tiny_model, warmup_updates=4)
