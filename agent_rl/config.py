@@ -116,7 +116,7 @@ def validate_config(data: dict[str, Any], model: type[ModelT], source: str = "co
 
 
 def with_overrides(config: ModelT, overrides: dict[str, Any]) -> ModelT:
-    """A copy of `config` with dotted `overrides` ({"pipeline.mode": "sync"}) applied and the
+    """A copy of `config` with dotted `overrides` ({"pipeline.max_lag": 0}) applied and the
     whole tree validated again, as if they had been in the file."""
     data = config.model_dump(exclude_unset=True)
     for dotted, value in overrides.items():

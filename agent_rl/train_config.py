@@ -31,11 +31,9 @@ from agent_rl.rollout.engine import EngineConfig
 class PipelineConfig(StrictModel):
     """How rollout and learner are scheduled, on how many actors, for how long."""
 
-    mode: Literal["async", "sync"] = Field(
-        "async", description="async: rollout and learner overlap up to max_lag"
-    )
     max_lag: int = Field(
-        64, ge=0, description="how many updates old a trained token may be (async mode)"
+        64, ge=0, description="how many updates old a trained token may be; 0: synchronous RL "
+        "(sample a batch with the newest weights, train it, load the weights, repeat)",
     )
     weight_sync_every: int = Field(
         1, ge=1,
@@ -88,23 +86,29 @@ class PipelineConfig(StrictModel):
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
 
     @property
-    def effective_max_lag(self) -> int:
-        """Sync mode is the same pipeline with no overlap, so every token has lag 0."""
-        return 0 if self.mode == "sync" else self.max_lag
+    def mode(self) -> Literal["sync", "async"]:
+        """A label for reports: synchronous RL is the same pipeline at lag 0."""
+        return "sync" if self.max_lag == 0 else "async"
 
-    @property
-    def effective_weight_sync_every(self) -> int:
-        """Sync mode loads every update's weights before sampling again."""
-        return 1 if self.mode == "sync" else self.weight_sync_every
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_is_max_lag(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "mode" in data:
+            raise ValueError(
+                f"pipeline.mode ({data['mode']!r}) is gone: the lag bound says it. For "
+                "synchronous RL set pipeline.max_lag: 0; for asynchronous, a positive max_lag "
+                "(64 by default). Remove pipeline.mode"
+            )
+        return data
 
     @model_validator(mode="after")
     def _weight_sync_within_max_lag(self) -> PipelineConfig:
-        every, max_lag = self.weight_sync_every, self.effective_max_lag
+        every, max_lag = self.weight_sync_every, self.max_lag
         if every - 1 > max_lag:
             raise ValueError(
                 f"pipeline.weight_sync_every = {every} leaves the rollout's weights up to "
-                f"{every - 1} updates behind, more than pipeline.max_lag = {max_lag}"
-                f"{' (sync mode is lag 0)' if self.mode == 'sync' else ''} allows: no token "
+                f"{every - 1} updates behind, more than pipeline.max_lag = {max_lag} allows: "
+                "no token "
                 f"sampled just before a sync could be trained; set weight_sync_every <= "
                 f"{max_lag + 1} or raise max_lag"
             )

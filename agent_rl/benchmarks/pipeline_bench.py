@@ -55,8 +55,8 @@ def run(console: Console, config_path: str | Path, updates: int,
 def _train(console: Console, base: TrainConfig, mode: str, updates: int, latency: str | None,
            out_dir: Path) -> RunSummary:
     config = with_overrides(base, {
-        "pipeline.mode": mode,
-        "pipeline.max_lag": 64,
+        "pipeline.max_lag": 64 if mode == "async" else 0,
+        "pipeline.weight_sync_every": base.pipeline.weight_sync_every if mode == "async" else 1,
         "pipeline.num_updates": updates,
         "pipeline.checkpoint_every": 0,
         "pipeline.eval_every": 0,

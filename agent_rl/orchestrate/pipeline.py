@@ -7,7 +7,7 @@
   actors and reports what finished as events;
 - the `Learner` trains: one optimizer update per batch.
 The loop below feeds the pool's events to the scheduler and the scheduler's batches to the
-learner. With `max_lag = 0` the same loop is synchronous RL (`mode: sync`): generate a batch,
+learner. With `max_lag = 0` the same loop is synchronous RL (`max_lag: 0`): generate a batch,
 wait for it, train, wait for every actor to load the new weights, repeat. With
 `pipeline.weight_sync_every: K` the weights go out only after every K-th update (the
 scheduler's `weights_due`), so the actors sample up to K - 1 updates behind the learner.
@@ -305,7 +305,7 @@ class Pipeline:
         synced = self.scheduler.weights_due(version)
         if synced:
             self.pool.broadcast(version, self.learner.rollout_state_dict())
-        if self.config.pipeline.effective_max_lag == 0:
+        if self.config.pipeline.max_lag == 0:
             self._handle(self.pool.wait_for_weights(version))
         loads = self.weight_load_s
         metrics.update({

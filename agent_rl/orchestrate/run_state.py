@@ -39,7 +39,7 @@ class RunState:
 
 # The settings that say what a run trains on and how; a resumed run must keep them. The rest
 # may change between attempts: num_updates, max_wall_s, threads, faults, evaluation, and the
-# mode and lag bound (an async run may go on in sync mode).
+# lag bound (an async run may go on synchronously, at max_lag 0).
 RUN_DEFINING = ("model", "init_from", "seed", "matched_kernels", "env.id", "env.kwargs",
                 "env.split", "env.max_tasks", "rollout", "loss", "learner.lr", "learner.betas",
                 "learner.weight_decay", "learner.adam_eps", "learner.max_grad_norm",

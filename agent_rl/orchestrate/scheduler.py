@@ -68,12 +68,12 @@ class SchedulerLimits:
         """A run's limits; sync mode is lag 0 and syncs every update."""
         return cls(
             groups_per_update=pipeline.groups_per_update,
-            max_lag=pipeline.effective_max_lag,
+            max_lag=pipeline.max_lag,
             num_updates=pipeline.num_updates,
             groups_in_flight_per_actor=pipeline.groups_in_flight_per_actor,
             num_actors=num_actors,
             dynamic_sampling=pipeline.dynamic_sampling,
-            weight_sync_every=pipeline.effective_weight_sync_every,
+            weight_sync_every=pipeline.weight_sync_every,
         )
 
 

@@ -28,7 +28,9 @@ def predict(config: TrainConfig, costs: Costs, rollout_devices: int | None = Non
     pipeline = config.pipeline
     results = {}
     for mode in ("async", "sync"):
-        overrides = {"mode": mode}
+        # sync is lag 0; async keeps the config's bound (the method's 64 if it is a sync one)
+        overrides: dict[str, Any] = ({"max_lag": 0, "weight_sync_every": 1} if mode == "sync"
+                                     else {"max_lag": pipeline.max_lag or 64})
         if updates is not None:
             overrides["num_updates"] = updates
         limits = SchedulerLimits.of(pipeline.model_copy(update=overrides),

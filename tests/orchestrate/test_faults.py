@@ -204,7 +204,7 @@ def faulty_run(local_ray, tmp_path_factory):
         rollout=RolloutConfig(group_size=2, max_tokens_per_turn=16),
         engine=EngineConfig(max_model_len=512, kv_cache_gib=0.25),
         learner=LearnerConfig(lr=1e-4),
-        pipeline=PipelineConfig(groups_per_update=1, groups_in_flight_per_actor=2, mode="async",
+        pipeline=PipelineConfig(groups_per_update=1, groups_in_flight_per_actor=2,
                                 max_lag=2, num_updates=4, stall_timeout_s=300.0),
         faults=FaultConfig(
             kill_actor_at_updates=[1],

@@ -91,8 +91,10 @@ def test_misspelled_env_kwargs_fail_before_anything_starts(tmp_path: Path) -> No
         train(config)
 
 
-def test_sync_mode_means_lag_zero() -> None:
-    assert PipelineConfig(mode="sync", max_lag=64).effective_max_lag == 0
+def test_sync_is_max_lag_zero_and_an_old_mode_key_says_so() -> None:
+    assert PipelineConfig(max_lag=0).mode == "sync" and PipelineConfig().mode == "async"
+    with pytest.raises(ValueError, match=r"pipeline.mode \('sync'\) is gone.*max_lag: 0"):
+        PipelineConfig.model_validate({"mode": "sync", "max_lag": 64})
 
 
 def test_a_weight_sync_gap_beyond_max_lag_is_refused_naming_both() -> None:
@@ -100,7 +102,7 @@ def test_a_weight_sync_gap_beyond_max_lag_is_refused_naming_both() -> None:
     with pytest.raises(ValueError, match=r"weight_sync_every = 66 .*max_lag = 64"):
         PipelineConfig(max_lag=64, weight_sync_every=66)
     with pytest.raises(ValueError, match=r"weight_sync_every = 2 .*max_lag = 0"):
-        PipelineConfig(mode="sync", weight_sync_every=2)
+        PipelineConfig(max_lag=0, weight_sync_every=2)
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         PipelineConfig(weight_sync_every=0)
 
@@ -130,7 +132,7 @@ def _config(out_dir: Path, overrides: dict[str, object]) -> TrainConfig:
 def async_run(local_ray, tmp_path_factory) -> tuple[RunSummary, list[dict]]:
     out_dir = tmp_path_factory.mktemp("async_run")
     seen: list[dict] = []
-    config = _config(out_dir, {"pipeline.mode": "async", "pipeline.max_lag": 3,
+    config = _config(out_dir, {"pipeline.max_lag": 3,
                                "pipeline.num_updates": 5, "pipeline.checkpoint_every": 2,
                                "pipeline.eval_every": 5, "env.eval_tasks": 2})
     return train(config, on_update=seen.append), seen
@@ -187,7 +189,7 @@ def test_resume_in_sync_mode_has_lag_zero_and_unit_weights_with_matched_kernels(
         tensor.add_(0.01 * torch.randn(tensor.shape, generator=generator))
     torch.save(learner_state, checkpoint / "learner.pt")
 
-    resumed = train(_config(summary.run_dir, {"pipeline.mode": "sync",
+    resumed = train(_config(summary.run_dir, {"pipeline.max_lag": 0,
                                               "pipeline.num_updates": 6}))
     assert resumed.resumed_from == 5
     assert resumed.updates == 6
@@ -212,7 +214,7 @@ def test_dynamic_sampling_steps_only_on_groups_with_reward_variance(
     # samples every group at a known version, so which groups are flat does not hang on timing.
     # Prefix caching and the shared-prompt learner pass are on too: at lag 0 the learner must
     # still recompute every sampled token's logprob bit for bit.
-    config = _config(tmp_path, {"env.id": "agent_rl/Parity-v0", "pipeline.mode": "sync",
+    config = _config(tmp_path, {"env.id": "agent_rl/Parity-v0", "pipeline.max_lag": 0,
                                 "pipeline.num_updates": 3, "pipeline.dynamic_sampling": True,
                                 "engine.enable_prefix_caching": True, "seed": 3})
     summary = train(config)

@@ -36,7 +36,7 @@ def _config(out_dir: Path, faults: FaultConfig | None = None) -> TrainConfig:
         "rollout": {"group_size": 2, "max_tokens_per_turn": 16},
         "engine": {"max_model_len": 512, "kv_cache_gib": 0.25},
         "learner": {"lr": 1e-4},
-        "pipeline": {"groups_per_update": 2, "mode": "sync", "num_updates": NUM_UPDATES,
+        "pipeline": {"groups_per_update": 2, "max_lag": 0, "num_updates": NUM_UPDATES,
                      "checkpoint_every": 2, "stall_timeout_s": 300.0},
         "faults": faults or FaultConfig(),
     })
