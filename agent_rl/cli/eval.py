@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from agent_rl.evaluate.report import compare, load_report, model_table, report_table
+from agent_rl.evaluate.report import EvalReport, compare, load_report, report_table
 from agent_rl.evaluate.runner import COMPARE_FILE, DEFAULT_ENV_ID, EvalError, evaluate
 
 
@@ -39,7 +39,8 @@ def eval_command(
         tuple[str, str] | None,
         typer.Option(
             "--compare",
-            help="Compare A and B: two report.json files (or eval dirs), or two models to evaluate.",
+            help="Compare A and B (the gain is B - A): two report.json files (or eval dirs), or "
+            "two models to evaluate.",
         ),
     ] = None,
     temperature: Annotated[
@@ -100,13 +101,22 @@ def eval_command(
         target = out / which if out is not None else None
         with _episode_progress(console, f"evaluating {name} (k={k})") as on_episodes:
             reports.append(evaluate(name, out_dir=target, on_episodes=on_episodes, **run_options))
-    comparison = compare(reports[0], reports[1], num_resamples=resamples, seed=seed,
-                         label_a=compare_with[0], label_b=compare_with[1])
+    names = list(compare_with) if compare_with[0] != compare_with[1] else ["A", "B"]
+    _print_comparison(console, dict(zip(names, reports, strict=True)), out, resamples, seed)
+
+
+def _print_comparison(console: Console, reports: dict[str, EvalReport], out: Path | None,
+                      resamples: int, seed: int) -> None:
+    try:
+        comparison = compare(reports, num_resamples=resamples, seed=seed)
+    except ValueError as error:
+        raise EvalError(str(error)) from error
     console.print(comparison.table())
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / COMPARE_FILE).write_text(comparison.markdown())
-        console.print(f"comparison written to {out / COMPARE_FILE}")
+        (out / "compare.json").write_text(json.dumps(comparison.to_json(), indent=2) + "\n")
+        console.print(f"written: {out / COMPARE_FILE}, {out / 'compare.json'}")
 
 
 def compare_command(
@@ -126,17 +136,7 @@ def compare_command(
         if not sep or not name or not path:
             raise EvalError(f"{item!r} is not NAME=EVAL_DIR (e.g. sft=runs/demo/eval-sft)")
         reports[name] = load_report(Path(path))
-    try:
-        table = model_table(reports, num_resamples=resamples, seed=seed)
-    except ValueError as error:
-        raise EvalError(str(error)) from error
-    console = Console()
-    console.print(table.table())
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / COMPARE_FILE).write_text(table.markdown())
-        (out / "compare.json").write_text(json.dumps(table.to_json(), indent=2) + "\n")
-        console.print(f"written: {out / COMPARE_FILE}, {out / 'compare.json'}")
+    _print_comparison(Console(), reports, out, resamples, seed)
 
 
 @contextmanager

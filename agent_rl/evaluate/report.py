@@ -397,104 +397,9 @@ def load_report(path: Path) -> EvalReport:
 
 @dataclass
 class Comparison:
-    """Two reports side by side and the bootstrap CI of their macro pass@1 difference (A - B)."""
-
-    report_a: EvalReport
-    report_b: EvalReport
-    difference: BootstrapInterval
-    label_a: str = "A"
-    label_b: str = "B"
-
-    def rows(self) -> list[list[str]]:
-        by_name_a = {c.category: c for c in self.report_a.categories}
-        by_name_b = {c.category: c for c in self.report_b.categories}
-        rows = [
-            [
-                name,
-                _percent(by_name_a[name].pass_at_1),
-                _percent(by_name_b[name].pass_at_1),
-                _signed_percent(by_name_a[name].pass_at_1 - by_name_b[name].pass_at_1),
-            ]
-            for name in sorted(by_name_a)
-        ]
-        ci = self.difference
-        rows.append(
-            [
-                "macro pass@1",
-                _percent(self.report_a.macro_pass_at_1),
-                _percent(self.report_b.macro_pass_at_1),
-                f"{_signed_percent(ci.estimate)} "
-                f"[{_signed_percent(ci.low)}, {_signed_percent(ci.high)}]",
-            ]
-        )
-        return rows
-
-    def headers(self) -> list[str]:
-        return ["category", f"{self.label_a} pass@1", f"{self.label_b} pass@1",
-                f"A - B (pts, {self.difference.confidence:.0%} CI)"]
-
-    def table(self) -> Table:
-        """Rich table: per-category pass@1 of both, the difference, the macro row with its CI."""
-        table = Table(
-            title=f"A = {self.label_a}  vs  B = {self.label_b}",
-            caption=f"paired bootstrap over tasks, {self.difference.num_resamples} resamples, "
-            f"seed {self.difference.seed}",
-        )
-        for index, header in enumerate(self.headers()):
-            table.add_column(header, justify="left" if index == 0 else "right")
-        rows = self.rows()
-        for index, row in enumerate(rows):
-            table.add_row(*row, end_section=index == len(rows) - 2)
-        return table
-
-    def markdown(self) -> str:
-        """The same comparison as a Markdown section."""
-        ci = self.difference
-        header = (
-            f"## Comparison\n\nA = `{self.label_a}`, B = `{self.label_b}`. "
-            f"Macro pass@1 difference A - B: {_signed_percent(ci.estimate)} points, "
-            f"{ci.confidence:.0%} CI [{_signed_percent(ci.low)}, {_signed_percent(ci.high)}] "
-            f"(paired bootstrap over tasks within categories, {ci.num_resamples} resamples, "
-            f"seed {ci.seed}).\n\n"
-        )
-        return header + _markdown_table(self.headers(), self.rows()) + "\n"
-
-
-def compare(
-    report_a: EvalReport,
-    report_b: EvalReport,
-    *,
-    num_resamples: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-    label_a: str | None = None,
-    label_b: str | None = None,
-) -> Comparison:
-    """Compare two evaluations of the same tasks: macro pass@1 difference with a bootstrap CI.
-
-    Raises:
-        ValueError: the reports do not cover the same tasks (the bootstrap pairs tasks).
-    """
-    difference = paired_macro_difference_ci(
-        report_a.task_pass_at_1(),
-        report_b.task_pass_at_1(),
-        num_resamples=num_resamples,
-        confidence=confidence,
-        seed=seed,
-    )
-    return Comparison(
-        report_a=report_a,
-        report_b=report_b,
-        difference=difference,
-        label_a=label_a or report_a.model,
-        label_b=label_b or report_b.model,
-    )
-
-
-@dataclass
-class ModelTable:
-    """Several models evaluated on the same tasks (e.g. base, SFT, RL), one column each, and
-    the bootstrap CI of the last one's macro pass@1 minus the one before it."""
+    """Models evaluated on the same tasks (base, SFT, RL; or two checkpoints), one column each,
+    and the last one's gain over the one before it: per category, and for macro pass@1 with
+    the paired bootstrap CI. `agent-rl compare` and `agent-rl eval --compare` both print one."""
 
     reports: dict[str, EvalReport]
     difference: BootstrapInterval
@@ -507,17 +412,26 @@ class ModelTable:
         reports = list(self.reports.values())
         categories = sorted({c.category for report in reports for c in report.categories})
         by_name = [{c.category: c for c in report.categories} for report in reports]
-        rows = [[f"pass@1 {name}", *(_percent(cats[name].pass_at_1) if name in cats else "-"
-                                      for cats in by_name)] for name in categories]
-        rows.append(["macro pass@1", *(_percent(r.macro_pass_at_1) for r in reports)])
-        rows.append(["tool calls per episode", *(f"{r.mean_tool_calls:.2f}" for r in reports)])
-        rows.append(["episodes calling a tool", *(_percent(r.tool_use_rate) for r in reports)])
+        rows = []
+        for name in categories:
+            cells = [_percent(cats[name].pass_at_1) if name in cats else "-" for cats in by_name]
+            before, last = by_name[-2].get(name), by_name[-1].get(name)
+            gain = _signed_percent(last.pass_at_1 - before.pass_at_1) if before and last else "-"
+            rows.append([f"pass@1 {name}", *cells, gain])
+        ci = self.difference
+        rows.append(["macro pass@1", *(_percent(r.macro_pass_at_1) for r in reports),
+                     f"{_signed_percent(ci.estimate)} "
+                     f"[{_signed_percent(ci.low)}, {_signed_percent(ci.high)}]"])
+        rows.append(["tool calls per episode", *(f"{r.mean_tool_calls:.2f}" for r in reports),
+                     ""])
+        rows.append(["episodes calling a tool", *(_percent(r.tool_use_rate) for r in reports), ""])
         rows.append(["episodes ending in a correct answer call",
-                     *(_percent(r.answer_success_rate) for r in reports)])
+                     *(_percent(r.answer_success_rate) for r in reports), ""])
         return rows
 
     def headers(self) -> list[str]:
-        return ["", *self.names]
+        before, last = self.names[-2:]
+        return ["", *self.names, f"{last} - {before} (pts)"]
 
     def difference_line(self) -> str:
         ci, (before, last) = self.difference, self.names[-2:]
@@ -558,12 +472,13 @@ class ModelTable:
         }
 
 
-def model_table(reports: dict[str, EvalReport], num_resamples: int = 2000, seed: int = 0
-                ) -> ModelTable:
-    """Raises ValueError for fewer than two reports, or reports of different tasks."""
+def compare(reports: dict[str, EvalReport], num_resamples: int = 2000, seed: int = 0
+            ) -> Comparison:
+    """Raises ValueError for fewer than two reports, or reports of different tasks (the
+    bootstrap pairs tasks)."""
     if len(reports) < 2:
         raise ValueError("a comparison needs at least two reports")
     *_, before, last = reports.values()
     difference = paired_macro_difference_ci(last.task_pass_at_1(), before.task_pass_at_1(),
                                             num_resamples=num_resamples, seed=seed)
-    return ModelTable(reports=dict(reports), difference=difference)
+    return Comparison(reports=dict(reports), difference=difference)

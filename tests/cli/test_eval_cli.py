@@ -49,9 +49,10 @@ def test_compare_of_two_report_files_prints_and_writes_the_macro_difference(tmp_
     assert result.exit_code == 0, result.output
     assert "macro pass@1" in result.output
     markdown = (out / COMPARE_FILE).read_text()
-    # macro A = 1.0; macro B = mean(1/3, 0) = 1/6; difference 83.3 points.
-    assert "+83.3 points" in markdown
-    assert "| code | 100.0% | 0.0% | +100.0 |" in markdown
+    # macro A = 1.0; macro B = mean(1/3, 0) = 1/6; B - A is -83.3 points.
+    assert "-83.3 points" in markdown
+    assert "| pass@1 code | 100.0% | 0.0% | -100.0 |" in markdown
+    assert (out / "compare.json").exists()
 
 
 def test_eval_without_a_model_or_a_comparison_says_what_to_give():

@@ -85,7 +85,7 @@ def test_tiny_model_eval_writes_json_markdown_and_decoded_transcripts(eval_run):
 
 def test_a_report_compared_with_itself_differs_by_exactly_zero(eval_run):
     report, _ = eval_run
-    difference = compare(report, report, num_resamples=200).difference
+    difference = compare({"a": report, "b": report}, num_resamples=200).difference
     assert (difference.low, difference.estimate, difference.high) == (0.0, 0.0, 0.0)
 
 

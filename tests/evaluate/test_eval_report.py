@@ -14,7 +14,6 @@ from agent_rl.evaluate.report import (
     build_report,
     compare,
     load_report,
-    model_table,
     report_markdown,
     report_table,
     write_report,
@@ -126,24 +125,24 @@ def test_compare_reports_the_macro_difference_with_a_ci_around_it():
         for e in _unbalanced_episodes()
     ]
     worse = _report(worse_episodes, model="ckpt-a")
-    comparison = compare(better, worse, seed=7, num_resamples=300)
+    comparison = compare({"ckpt-a": worse, "ckpt-b": better}, seed=7, num_resamples=300)
     assert comparison.difference.estimate == pytest.approx(
         better.macro_pass_at_1 - worse.macro_pass_at_1
     )
     # Every arith task moved from 0 to 1, so every resample sees the same +0.5 in that category.
     assert comparison.difference.low <= comparison.difference.estimate <= comparison.difference.high
     assert comparison.difference.low >= 0.5 - 0.25
-    assert compare(better, worse, seed=7, num_resamples=300).difference == comparison.difference
+    again = compare({"ckpt-a": worse, "ckpt-b": better}, seed=7, num_resamples=300)
+    assert again.difference == comparison.difference
     markdown = comparison.markdown()
-    assert "+50.0 points" in markdown and "ckpt-b" in markdown and "| arith | 100.0% | 0.0% |" in (
-        markdown
-    )
+    assert "+50.0 points" in markdown and "ckpt-b - ckpt-a" in markdown
+    assert "| pass@1 arith | 0.0% | 100.0% | +100.0 |" in markdown
     console = Console(record=True, width=160)
     console.print(comparison.table())
     assert "macro pass@1" in console.export_text()
 
 
-def test_a_model_table_shows_each_model_and_the_last_ones_gain_with_its_ci(tmp_path: Path):
+def test_a_comparison_shows_each_model_and_the_last_ones_gain_with_its_ci(tmp_path: Path):
     """The main job's base / SFT / RL table: pass@1, tool use and the CI of RL - SFT."""
     from dataclasses import replace
 
@@ -154,7 +153,7 @@ def test_a_model_table_shows_each_model_and_the_last_ones_gain_with_its_ci(tmp_p
     reports = {"base": model({"arith": 0.0, "logic": 0.0}, tool=False),
                "sft": model({"arith": 0.0, "logic": 1.0}, tool=True),
                "rl": model({"arith": 1.0, "logic": 1.0}, tool=True)}
-    table = model_table(reports, num_resamples=300)
+    table = compare(reports, num_resamples=300)
     data = table.to_json()
     assert data["models"]["base"]["macro_pass@1"] == 0.0
     assert data["models"]["rl"]["macro_pass@1"] == 1.0
@@ -163,17 +162,17 @@ def test_a_model_table_shows_each_model_and_the_last_ones_gain_with_its_ci(tmp_p
     assert data["rl_minus_sft"]["points"] == pytest.approx(50.0)
     assert data["rl_minus_sft"]["ci95"] == pytest.approx([50.0, 50.0])
     markdown = table.markdown()
-    assert "| macro pass@1 | 0.0% | 50.0% | 100.0% |" in markdown
+    assert "| macro pass@1 | 0.0% | 50.0% | 100.0% | +50.0 [+50.0, +50.0] |" in markdown
     assert "rl - sft: +50.0 points" in markdown
     with pytest.raises(ValueError, match="at least two"):
-        model_table({"rl": reports["rl"]})
+        compare({"rl": reports["rl"]})
 
 
 def test_compare_refuses_reports_of_different_task_sets():
     report = _report(_unbalanced_episodes())
     fewer = _report([e for e in _unbalanced_episodes() if e.task_id != "arith-5"])
     with pytest.raises(ValueError, match="different tasks"):
-        compare(report, fewer)
+        compare({"all": report, "fewer": fewer})
 
 
 def test_report_metrics_are_namespaced_scalars_for_the_run_log():
