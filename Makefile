@@ -26,13 +26,11 @@ $(STAMP): pyproject.toml
 # The main job: evaluate the default model on held-out tasks (base), teach it the tool format
 # from oracle demonstrations (SFT, a short pass over four categories), evaluate, train it from there
 # with lag-64 asynchronous RL on all four categories, evaluate, and compare the three. Each step
-# leaves a file behind, so a rerun skips what is done. Each evaluation plays 16 held-out tasks per
-# category (64 episodes at once): with 8, one task was 3.1 points and the CI of RL - SFT too wide
-# to tell a real gain from luck.
+# leaves a file behind, so a rerun skips what is done. Each evaluation plays the held-out protocol
+# of configs/demo.yaml (its `evaluation:` section: 16 tasks per category, 64 episodes at once).
 AGENT_RL := $(VENV)/bin/agent-rl
 DEMO := runs/demo
-DEMO_EVAL := --k 1 --limit-per-category 16 --concurrency 64 --max-tokens-per-turn 160 --max-turns 4 \
-	--env-arg 'categories=[arithmetic,strings,lists,dates]'
+DEMO_EVAL := --config configs/demo.yaml
 
 demo: install $(DEMO)/compare.md
 	@cat $(DEMO)/compare.md
@@ -81,7 +79,7 @@ LC := runs/learning_curve
 
 learning-curve: $(DEMO)/eval-sft/report.json $(DEMO)/hand-sft/report.json
 	$(AGENT_RL) train configs/learning_curve.yaml --set out_dir=$(LC) --set init_from=$(DEMO)/sft
-	$(AGENT_RL) eval --model $(LC) $(DEMO_EVAL) --out $(LC)/eval
+	$(AGENT_RL) eval --model $(LC) --config configs/learning_curve.yaml --out $(LC)/eval
 	$(AGENT_RL) compare sft=$(DEMO)/eval-sft rl=$(LC)/eval --out $(LC)/compare
 	$(AGENT_RL) eval --model $(LC) $(HAND) --out $(LC)/hand
 	$(AGENT_RL) compare sft=$(DEMO)/hand-sft rl=$(LC)/hand --out $(LC)/hand-compare
@@ -159,8 +157,7 @@ publish-lag64:
 # of train-split tasks, and after RL on the train split from there; then the three compared. Each
 # step leaves a file behind, so a rerun skips what is done. Writes only under runs/demo-desktop.
 DESK := runs/demo-desktop
-DESK_EVAL := --tasks agent_rl/DesktopGen-v0 --k 1 --limit-per-category 16 --concurrency 16 \
-	--max-turns 5 --max-tokens-per-turn 160 --context-budget 7168
+DESK_EVAL := --config configs/desktop_rl.yaml
 
 .PHONY: demo-desktop publish-demo-desktop
 

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from agent_rl.config import StrictModel, load_config
 from agent_rl.env_config import EnvConfig
+from agent_rl.evaluate.config import EvaluationConfig
 from agent_rl.fault_config import FaultConfig
 from agent_rl.learn.config import LearnerConfig, LossConfig
 from agent_rl.rollout.config import RolloutConfig
@@ -174,6 +175,7 @@ class TrainConfig(StrictModel):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     faults: FaultConfig = Field(
         default_factory=FaultConfig, description="faults injected on purpose (all off by default)"
     )

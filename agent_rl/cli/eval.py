@@ -30,8 +30,18 @@ def eval_command(
         str | None,
         typer.Option(help="An env id (its own task set) or a task file (.jsonl/.parquet)."),
     ] = None,
-    split: Annotated[str, typer.Option(help="Task split of the env's task set.")] = "heldout",
-    k: Annotated[int, typer.Option(min=1, help="Samples per task; pass@k is reported.")] = 4,
+    config_path: Annotated[
+        Path | None,
+        typer.Option("--config", help="A run config (e.g. configs/demo.yaml): play its held-out "
+                     "protocol (its env, categories, turns, tokens per turn and `evaluation:` "
+                     "section); the options below override it."),
+    ] = None,
+    split: Annotated[
+        str | None, typer.Option(help="Task split of the env's task set. Default: heldout.")
+    ] = None,
+    k: Annotated[
+        int | None, typer.Option(min=1, help="Samples per task; pass@k is reported. Default: 4.")
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(help="Write report.json, report.md, transcripts.jsonl here.")
     ] = None,
@@ -49,14 +59,19 @@ def eval_command(
     limit_per_category: Annotated[
         int | None, typer.Option(min=1, help="Evaluate only the first N tasks of each category.")
     ] = None,
-    max_tokens_per_turn: Annotated[int, typer.Option(min=1)] = 512,
+    max_tokens_per_turn: Annotated[int | None, typer.Option(min=1, help="Default: 512.")] = None,
     max_turns: Annotated[int | None, typer.Option(min=1, help="Default: the env's.")] = None,
-    context_budget: Annotated[int, typer.Option(min=64, help="Most tokens per episode.")] = 4096,
+    context_budget: Annotated[
+        int | None, typer.Option(min=64, help="Most tokens per episode. Default: 4096.")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed and bootstrap seed.")] = 0,
-    resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
+    resamples: Annotated[
+        int | None, typer.Option(min=100, help="Bootstrap resamples. Default: 2000.")
+    ] = None,
     concurrency: Annotated[
-        int, typer.Option(min=1, help="Episodes in flight at once (whole groups of k).")
-    ] = 32,
+        int | None,
+        typer.Option(min=1, help="Episodes in flight at once (whole groups of k). Default: 32."),
+    ] = None,
     env_arg: Annotated[
         list[str] | None,
         typer.Option(help="An env argument as KEY=VALUE (YAML value), e.g. "
@@ -65,11 +80,21 @@ def eval_command(
 ) -> None:
     """Evaluate a model on held-out tasks (macro pass@1, pass@k), or compare two."""
     console = Console()
-    env_id = DEFAULT_ENV_ID
+    run_options: dict[str, Any] = {
+        "env_id": DEFAULT_ENV_ID, "split": "heldout", "k": 4, "max_tokens_per_turn": 512,
+        "context_budget": 4096, "max_concurrent_episodes": 32, "env_kwargs": {},
+    }
+    if config_path is not None:
+        from agent_rl.evaluate.config import eval_options
+        from agent_rl.train_config import load_train_config
+
+        config = load_train_config(config_path)
+        run_options.update(eval_options(config))
+        resamples = config.evaluation.resamples if resamples is None else resamples
     task_file: str | None = None
     if tasks is not None:
         if _is_registered_env(tasks):
-            env_id = tasks
+            run_options["env_id"] = tasks
         elif Path(tasks).is_file():
             task_file = tasks
         else:
@@ -77,13 +102,17 @@ def eval_command(
                 f"--tasks {tasks!r} is neither a registered env id (e.g. {DEFAULT_ENV_ID}) "
                 "nor an existing task file (.jsonl/.parquet)"
             )
-    run_options = {
-        "env_id": env_id, "tasks": task_file, "split": split, "k": k, "temperature": temperature,
+    given = {
+        "tasks": task_file, "split": split, "k": k, "temperature": temperature,
         "limit_per_category": limit_per_category, "max_tokens_per_turn": max_tokens_per_turn,
-        "max_turns": max_turns, "context_budget": context_budget, "seed": seed,
+        "max_turns": max_turns, "context_budget": context_budget,
         "max_concurrent_episodes": concurrency,
-        "env_kwargs": parse_env_args(env_arg or []),
     }
+    run_options.update({key: value for key, value in given.items() if value is not None})
+    run_options["env_kwargs"] = {**run_options["env_kwargs"], **parse_env_args(env_arg or [])}
+    run_options["seed"] = seed
+    resamples = 2000 if resamples is None else resamples
+    k = run_options["k"]
     if compare_with is None:
         if model is None:
             raise EvalError("give --model PATH_OR_RUN, or --compare A B")

@@ -32,15 +32,12 @@ def lag64_command(
     overrides: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a config key in every arm: --set pipeline.num_updates=64.")
     ] = None,
-    limit_per_category: Annotated[int, typer.Option(
-        min=1, help="Held-out tasks per category (the main job's protocol: 16).")] = 16,
-    concurrency: Annotated[int, typer.Option(min=1, help="Held-out episodes at once.")] = 64,
     block: Annotated[int, typer.Option(min=1, help="Updates per block of KL and reward.")] = 16,
 ) -> None:
     """Matched against stock kernels at a lag that reaches 64: three arms from one SFT start,
     the method's measures side by side in OUT/lag64_ablation.json and .png."""
     from agent_rl.config import parse_key_values
-    from agent_rl.diagnostics.lag64 import ABLATION_JSON, ABLATION_PNG, HeldoutProtocol, run_lag64
+    from agent_rl.diagnostics.lag64 import ABLATION_JSON, ABLATION_PNG, run_lag64
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a backgrounded run stops cleanly
 
@@ -54,7 +51,6 @@ def lag64_command(
     result = run_lag64(
         config_path, out, tuple(arm.strip() for arm in arms.split(",") if arm.strip()),
         overrides=parse_key_values(overrides or [], "--set"), sft=sft, sft_config=sft_config,
-        protocol=HeldoutProtocol(limit_per_category=limit_per_category, concurrency=concurrency),
         block=block, on_status=lambda text: console.print(f"[bold]{text}[/bold]"),
         on_update=on_update)
     table = Table("arm", "updates", "lag max", "tokens lag>=32", "IS max/median peak",

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +44,6 @@ OnStatus = Callable[[str], None]
 
 class Lag64Error(UserError, ValueError):
     """The experiment cannot run as asked (an unknown arm, a missing SFT start)."""
-
-
-@dataclass(frozen=True)
-class HeldoutProtocol:
-    """The main job's held-out evaluation (the Makefile's DEMO_EVAL): greedy pass@1 on the first
-    `limit_per_category` held-out tasks of each of the run's categories, with the run's turns and
-    tokens per turn."""
-
-    limit_per_category: int = 16
-    concurrency: int = 64
-    resamples: int = 2000
 
 
 def arm_overrides(arm: str) -> dict[str, Any]:
@@ -106,10 +94,12 @@ def trained_updates(run_dir: Path) -> int:
     return 0 if checkpoint is None else checkpoint_version(checkpoint)
 
 
-def heldout_report(model: Path, out: Path, config: Any, protocol: HeldoutProtocol,
-                   on_status: OnStatus, newer_than: Path | None = None) -> Any:
-    """`model` evaluated by the main job's protocol into `out`, or the report already there
-    (unless it is older than `newer_than`, a checkpoint trained since)."""
+def heldout_report(model: Path, out: Path, config: Any, on_status: OnStatus,
+                   newer_than: Path | None = None) -> Any:
+    """`model` evaluated by the run config's held-out protocol (its `evaluation:` section, in
+    its dtype) into `out`, or the report already there (unless it is older than `newer_than`,
+    a checkpoint trained since)."""
+    from agent_rl.evaluate.config import eval_options
     from agent_rl.evaluate.report import load_report
     from agent_rl.evaluate.runner import evaluate
 
@@ -118,21 +108,13 @@ def heldout_report(model: Path, out: Path, config: Any, protocol: HeldoutProtoco
                             or report.stat().st_mtime >= newer_than.stat().st_mtime):
         return load_report(out)
     on_status(f"evaluating {model} on held-out tasks into {out}")
-    kwargs = config.env.kwargs
-    env_kwargs = {"categories": kwargs["categories"]} if "categories" in kwargs else {}
-    return evaluate(
-        str(model), env_id=config.env.id, split=config.env.eval_split, k=1,
-        limit_per_category=protocol.limit_per_category, out_dir=out,
-        max_tokens_per_turn=config.rollout.max_tokens_per_turn,
-        max_turns=kwargs.get("max_turns"), max_concurrent_episodes=protocol.concurrency,
-        env_kwargs=env_kwargs, seed=0, dtype=config.dtype,
-    )
+    return evaluate(str(model), out_dir=out, **eval_options(config))
 
 
 def run_lag64(config_path: Path, out_dir: Path = Path("runs/lag64"),
               arms: tuple[str, ...] = tuple(ARMS), overrides: dict[str, Any] | None = None,
               sft: Path | None = None, sft_config: Path = Path("configs/sft.yaml"),
-              protocol: HeldoutProtocol = HeldoutProtocol(), block: int = 16,
+              block: int = 16,
               on_status: OnStatus = logger.info,
               on_update: Callable[[str, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Train and evaluate each arm not done yet, then write the ablation's JSON and PNG;
@@ -146,7 +128,7 @@ def run_lag64(config_path: Path, out_dir: Path = Path("runs/lag64"),
     start = ensure_sft_start(sft, out_dir, sft_config, on_status)
     configs = {arm: arm_config(config_path, arm, overrides, out_dir, start) for arm in arms}
     any_config = next(iter(configs.values()))
-    sft_report = heldout_report(start, out_dir / "eval-sft", any_config, protocol, on_status)
+    sft_report = heldout_report(start, out_dir / "eval-sft", any_config, on_status)
     for arm, config in configs.items():
         run_dir = Path(config.out_dir)
         done = trained_updates(run_dir)
@@ -155,23 +137,24 @@ def run_lag64(config_path: Path, out_dir: Path = Path("runs/lag64"),
                       f"{config.pipeline.num_updates} in {run_dir}")
             train(config, on_update=None if on_update is None else
                   (lambda metrics, arm=arm: on_update(arm, metrics)))
-        report = heldout_report(run_dir, run_dir / "eval", config, protocol, on_status,
+        report = heldout_report(run_dir, run_dir / "eval", config, on_status,
                                 newer_than=latest_checkpoint(run_dir))
-        figures = arm_figures(run_dir, config, report, sft_report, protocol, block)
+        figures = arm_figures(run_dir, config, report, sft_report, block)
         (run_dir / ARM_FILE).write_text(json.dumps(figures, indent=1) + "\n")
         write_ablation(out_dir, start, sft_report, block)
     return json.loads((out_dir / ABLATION_JSON).read_text())
 
 
 def arm_figures(run_dir: Path, config: Any, report: Any, sft_report: Any,
-                protocol: HeldoutProtocol, block: int) -> dict[str, Any]:
+                block: int) -> dict[str, Any]:
     """The method's measures of one arm from its `metrics.jsonl` and held-out report."""
     from agent_rl.evaluate.passk import paired_macro_difference_ci
     from agent_rl.metrics import read_metrics
 
     records = [r for r in read_metrics(run_dir) if "charts/reward_mean" in r]
     difference = paired_macro_difference_ci(report.task_pass_at_1(), sft_report.task_pass_at_1(),
-                                            num_resamples=protocol.resamples, seed=0)
+                                            num_resamples=config.evaluation.resamples,
+                                            seed=0)
     ratios = [_finite(r.get("is/max_over_median")) for r in records]
     kl_blocks = kl_per_block(records, block)
     rewards = reward_blocks(records, block)

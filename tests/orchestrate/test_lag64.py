@@ -26,8 +26,8 @@ TINY = ["model=tiny", "env.kwargs={categories: [arithmetic], max_turns: 2}",
 
 def invoke(out: Path, sft: Path) -> str:
     _register_optional_commands()
-    options = ["--out", str(out), "--sft", str(sft), "--limit-per-category", "1",
-               "--concurrency", "4", "--block", "1"]
+    options = ["--out", str(out), "--sft", str(sft), "--block", "1",
+               "--set", "evaluation.limit_per_category=1", "--set", "evaluation.concurrency=4"]
     for item in TINY:
         options += ["--set", item]
     result = CliRunner().invoke(app, ["experiment", "lag64", str(CONFIG), *options])
