@@ -43,8 +43,6 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             found.append((node.lineno, node.module))
             found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
-        else:
-            continue
     return found
 
 
