@@ -45,7 +45,8 @@ class LearnerConfig(StrictModel):
         True, description="forward zero-variance groups (no gradient) so IS/KL cover all tokens"
     )
     share_prompt: bool = Field(
-        True, description="forward a group's common prompt once (matched kernels; same logprobs)"
+        True, description="forward a group's common prompt once (matched kernels: the same bits; "
+        "stock: the same to rounding)"
     )
     device: str = Field(
         "cpu", pattern=r"^(cpu|cuda(:[0-9]+)?)$",

@@ -53,6 +53,35 @@ class TransformersPolicy:
         logprobs = torch.log_softmax(logits, dim=-1)
         return logprobs.gather(-1, input_ids[1:, None]).squeeze(-1)
 
+    def shared_prefix_logprobs(self, prefix: torch.Tensor, suffixes: list[torch.Tensor]
+                               ) -> list[torch.Tensor]:
+        """Each `prefix + suffix`'s logprobs from position len(prefix) on (the rows the
+        sampled tokens of a group's responses need), the common prompt forwarded once: its
+        KV cache is repeated for the suffixes, which run as one right-padded batch. Stock
+        kernels are not batch-invariant, so the bits differ from `token_logprobs` (within the
+        stock kernels' own noise); it is what a stock learner would do to save the prompt."""
+        cached = self.module(input_ids=prefix[None], use_cache=True)
+        cache = cached.past_key_values
+        cache.batch_repeat_interleave(len(suffixes))
+        lengths = [int(s.numel()) for s in suffixes]
+        ids = torch.nn.utils.rnn.pad_sequence(suffixes, batch_first=True)
+        width = ids.shape[1]
+        mask = torch.ones(len(suffixes), prefix.numel() + width, dtype=torch.long,
+                          device=ids.device)
+        for row, length in enumerate(lengths):
+            mask[row, prefix.numel() + length:] = 0
+        positions = torch.arange(prefix.numel(), prefix.numel() + width, device=ids.device)
+        logits = self.module(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                             position_ids=positions.expand(len(suffixes), -1),
+                             use_cache=False).logits.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        rows = []
+        for row, (suffix, length) in enumerate(zip(suffixes, lengths, strict=True)):
+            logprobs = torch.log_softmax(logits[row, : length - 1], dim=-1)
+            rows.append(logprobs.gather(-1, suffix[1:, None]).squeeze(-1))
+        return rows
+
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
         state = {name: tensor.detach() for name, tensor in self.module.state_dict().items()}
         if getattr(self.module.config, "tie_word_embeddings", False):

@@ -287,3 +287,18 @@ def test_bf16_learner_steps_fp32_master_weights(tiny_model: Path, tmp_path: Path
     resumed.load_state_dict(torch.load(tmp_path / "learner.pt"))
     for mine, theirs in zip(learner.master_weights, resumed.master_weights, strict=True):
         assert torch.equal(mine.detach(), theirs.detach())
+
+
+def test_stock_learner_shares_a_groups_prompt_with_the_same_gradient(tiny_model: Path) -> None:
+    """Plain transformers forwards a group's prompt once too (its KV cache repeated for the
+    responses): stock kernels are not batch-invariant, so the logprobs agree to rounding."""
+    grads, weights = [], []
+    for share in (False, True):
+        learner = _learner(tiny_model, matched_kernels=False, share_prompt=share)
+        metrics = learner.accumulate_gradients(_shared_prompt_groups(learner))
+        weights.append((metrics["is/max"], metrics["is/min"]))
+        grads.append(_grads(learner))
+    assert weights[0] == (1.0, 1.0)
+    assert weights[1] == pytest.approx((1.0, 1.0), abs=1e-5)
+    for separate, shared in zip(*grads, strict=True):
+        torch.testing.assert_close(shared, separate, rtol=1e-3, atol=1e-6)
