@@ -62,6 +62,11 @@ from agent_rl.orchestrate.ray_session import (
 )
 from agent_rl.orchestrate.run_state import RunState, changed_run_settings
 from agent_rl.orchestrate.scheduler import Scheduler, SchedulerLimits
+from agent_rl.orchestrate.synced_weights import (
+    last_sync_version,
+    load_synced_weights,
+    save_synced_weights,
+)
 from agent_rl.orchestrate.tasks import TaskStream, load_task_rows
 from agent_rl.train_config import TrainConfig
 from agent_rl.trajectory import END_ENV_ERROR, Group
@@ -189,9 +194,24 @@ class Pipeline:
         self.rollout_errors = 0
         self.weight_load_s: list[float] = []
         self.last_metrics: dict[str, Any] = {}
-        if self.learner.version > 0:
-            self.pool.broadcast(self.learner.version, self.learner.rollout_state_dict())
-            self._handle(self.pool.wait_for_weights(self.learner.version))
+        self._resume_rollout_weights()
+
+    def _resume_rollout_weights(self) -> None:
+        """Give the actors the weights they held when the run stopped: the last sync's, so a
+        resumed run with a sparse weight sync goes on at the lag it had."""
+        version = self.learner.version
+        synced = last_sync_version(version, self.config.pipeline.weight_sync_every)
+        if synced == 0:
+            return  # the actors start on the initial weights
+        weights = (self.learner.rollout_state_dict() if synced == version
+                   else load_synced_weights(self.run_dir, synced))
+        if weights is None:
+            logger.warning("no copy of the weights synced at version %d in %s: the actors take "
+                           "version %d's, so the lag starts again from 0", synced, self.run_dir,
+                           version)
+            synced, weights = version, self.learner.rollout_state_dict()
+        self.pool.broadcast(synced, weights)
+        self._handle(self.pool.wait_for_weights(synced))
 
     def _status(self, text: str) -> None:
         logger.info(text)
@@ -304,7 +324,10 @@ class Pipeline:
         version = self.learner.version
         synced = self.scheduler.weights_due(version)
         if synced:
-            self.pool.broadcast(version, self.learner.rollout_state_dict())
+            weights = self.learner.rollout_state_dict()
+            self.pool.broadcast(version, weights)
+            if self.config.pipeline.weight_sync_every > 1:
+                save_synced_weights(self.run_dir, version, weights)
         if self.config.pipeline.max_lag == 0:
             self._handle(self.pool.wait_for_weights(version))
         loads = self.weight_load_s

@@ -9,6 +9,7 @@ from the checkpoint, the learner then takes the very same steps.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,11 @@ from agent_rl.learn.checkpoint import latest_checkpoint
 from agent_rl.orchestrate.faults import LearnerKilled
 from agent_rl.orchestrate.ledger import read_ledger
 from agent_rl.orchestrate.pipeline import train
+from agent_rl.orchestrate.synced_weights import (
+    last_sync_version,
+    load_synced_weights,
+    save_synced_weights,
+)
 from agent_rl.train_config import TrainConfig
 
 NUM_UPDATES = 4
@@ -120,3 +126,37 @@ def test_run_defining_settings_compare_yaml_lists_with_tuples() -> None:
     assert changed_run_settings(saved, same) == []
     assert changed_run_settings(saved, {**same, "learner": {"lr": 2e-5, "betas": (0.9, 0.99)}}) \
         == ["learner.lr: 1e-05 -> 2e-05", "learner.betas: [0.9, 0.999] -> [0.9, 0.99]"]
+
+
+def test_last_sync_version_is_the_last_multiple_of_the_sync_interval() -> None:
+    assert [last_sync_version(v, 3) for v in range(8)] == [0, 0, 0, 3, 3, 3, 6, 6]
+    assert last_sync_version(5, 1) == 5
+
+
+def test_synced_weights_come_back_only_for_their_version(tmp_path) -> None:
+    weights = {"w": torch.arange(4.0)}
+    assert load_synced_weights(tmp_path, 3) is None
+    save_synced_weights(tmp_path, 3, weights)
+    assert torch.equal(load_synced_weights(tmp_path, 3)["w"], weights["w"])
+    assert load_synced_weights(tmp_path, 6) is None
+
+
+@pytest.mark.slow
+def test_resumed_run_with_a_sparse_weight_sync_samples_from_the_last_synced_weights(
+    local_ray, tmp_path
+) -> None:
+    """Killed after update 5 of a run that syncs every 3: it resumes from the checkpoint at 4,
+    and its actors take the weights synced at 3, not 4's, so the lag goes on where it was."""
+    settings = _config(tmp_path).model_dump()
+    settings["pipeline"].update(max_lag=4, weight_sync_every=3, num_updates=6)
+    config = TrainConfig.model_validate(settings)
+    with pytest.raises(LearnerKilled):
+        train(TrainConfig.model_validate(
+            {**settings, "faults": {"kill_learner_at_update": 5}}))
+    assert latest_checkpoint(tmp_path).name == "update_000004"
+    resumed = train(config)
+    assert resumed.resumed_from == 4
+    records = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").open())}
+    assert records[5]["pipeline/rollout_weights_version"] == 3
+    assert min(int(lag) for lag in records[5]["lag/hist"]) >= 1
+    assert records[6]["pipeline/rollout_weights_version"] == 6
