@@ -334,7 +334,7 @@ def test_host_is_unaffected_by_the_sessions():
         pytest.skip("checks what the other tests of this module left behind; run the module")
     left = [entry for entry in Path("/proc").iterdir()
             if entry.name.isdigit() and _owner(entry) in _sandbox_uids]
-    assert not left, "processes of closed sandboxes are still alive"
+    assert not left, f"processes of closed sandboxes are still alive: {left} {_sandbox_uids}"
     escapes = ("/root/agent_rl_escape", "/etc/agent_rl_escape", "/work/main/agent_rl_escape")
     assert not any(Path(path).exists() for path in escapes)
     assert os.access("/work/main/pyproject.toml", os.R_OK)
