@@ -53,7 +53,7 @@ class DataParallelLearner:
         self._errors = context.Queue()
         self._commands: list[Any] = []
         self._ranks: list[Any] = []
-        self._failure: BaseException | None = None
+        self._stopped: str | None = None  # why the ranks are gone, once they are
         port = free_port()
         for rank in range(1, config.world_size):
             commands = context.Queue()
@@ -66,7 +66,7 @@ class DataParallelLearner:
             self._commands.append(commands)
             self._ranks.append(process)
         try:
-            join_process_group(0, config.world_size, port, self.layout.backend)
+            join_process_group(0, self.layout, port)
             self.rank0 = Learner(model_dir, config, loss, **learner_options)
         except BaseException:
             self.close()
@@ -99,6 +99,7 @@ class DataParallelLearner:
 
     def close(self) -> None:
         """Stop the other ranks and leave the process group; safe to call twice."""
+        self._stopped = self._stopped or "closed"
         for commands, process in zip(self._commands, self._ranks, strict=True):
             if process.is_alive():
                 commands.put((STOP, None))
@@ -118,9 +119,9 @@ class DataParallelLearner:
         self.close()
 
     def _send(self, command: str, argument: Any) -> None:
-        if self._failure is not None:
-            raise LearnerError(f"the learner ranks stopped after an error ({self._failure}); "
-                               "resume the run from its last checkpoint")
+        if self._stopped is not None:
+            raise LearnerError(f"the learner ranks have stopped ({self._stopped}); start a new "
+                               "learner, or resume the run from its last checkpoint")
         for commands in self._commands:
             commands.put((command, argument))
 
@@ -132,11 +133,11 @@ class DataParallelLearner:
         try:
             return method(argument)
         except LearnerError as error:
-            self._failure = error
+            self._stopped = f"after an error: {error}"
             self.close()
             raise
         except BaseException as error:
-            self._failure = error
+            self._stopped = f"after an error: {error}"
             report = self._rank_report()
             for process in self._ranks:
                 process.join(0)  # reaps a rank that is gone, so is_alive says so
@@ -166,9 +167,7 @@ def serve_rank(rank: int, ranks: Layout, port: int, commands: Any, errors: Any,
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
-        if ranks.backend == "nccl":
-            torch.cuda.set_device(ranks.devices[rank])
-        join_process_group(rank, ranks.world_size, port, ranks.backend)
+        join_process_group(rank, ranks, port)
         learner = Learner(*learner_args, **learner_options)
         parent = multiprocessing.parent_process()
         while parent is None or parent.is_alive():

@@ -53,10 +53,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def join_process_group(rank: int, world_size: int, port: int, backend: str) -> None:
-    """Join the ranks' process group (every rank calls this; it returns when all have)."""
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
+def join_process_group(rank: int, ranks: Layout, port: int) -> None:
+    """Join the ranks' process group as `rank` (every rank calls this; it returns when all
+    have). With NCCL the rank's GPU becomes the current one first: NCCL's object collectives
+    use the current device."""
+    if ranks.backend == "nccl":
+        torch.cuda.set_device(ranks.devices[rank])
+    dist.init_process_group(ranks.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=ranks.world_size, timeout=COLLECTIVE_TIMEOUT)
 
 
 def rank_and_world_size() -> tuple[int, int]:
