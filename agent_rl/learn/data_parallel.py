@@ -66,7 +66,14 @@ class DataParallelLearner:
             self._commands.append(commands)
             self._ranks.append(process)
         try:
-            join_process_group(0, self.layout, port)
+            try:
+                join_process_group(0, self.layout, port)
+            except dist.DistError as error:
+                # A rank that failed before joining leaves rank 0 to time out: say why it failed.
+                report = self._rank_report()
+                if report is None:
+                    raise
+                raise LearnerError(report) from error
             self.rank0 = Learner(model_dir, config, loss, **learner_options)
         except BaseException:
             self.close()

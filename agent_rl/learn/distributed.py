@@ -22,6 +22,9 @@ from agent_rl.trajectory import Group
 # Collectives wait this long for a slow rank before they fail: an update on a big batch can take
 # minutes, and a rank that died makes gloo fail at once anyway.
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+# Joining waits only for the ranks' processes to start and import torch; a rank that died before
+# it joined must not hold rank 0 for the collectives' half hour.
+JOIN_TIMEOUT = timedelta(minutes=3)
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,10 @@ def join_process_group(rank: int, ranks: Layout, port: int) -> None:
     use the current device."""
     if ranks.backend == "nccl":
         torch.cuda.set_device(ranks.devices[rank])
-    dist.init_process_group(ranks.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=ranks.world_size, timeout=COLLECTIVE_TIMEOUT)
+    store = dist.TCPStore("127.0.0.1", port, ranks.world_size, is_master=rank == 0,
+                          timeout=JOIN_TIMEOUT)
+    dist.init_process_group(ranks.backend, store=store, rank=rank, world_size=ranks.world_size,
+                            timeout=COLLECTIVE_TIMEOUT)
 
 
 def rank_and_world_size() -> tuple[int, int]:
