@@ -125,6 +125,27 @@ def bench_gemm(
     _save(gemm_bench.run(console, config, counts), out, "gemm")
 
 
+@app.command("learner")
+def bench_learner(
+    model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "tiny",
+    world_size: Annotated[str, typer.Option(
+        help="Comma-separated learner world sizes, each trained on the same batches.")] = "1,2",
+    updates: Annotated[int, typer.Option(min=1, help="Timed updates (after one warm-up).")] = 3,
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    threads: Annotated[int, typer.Option(min=1, help="Torch threads per rank.")] = 1,
+    out: OutOption = None,
+) -> None:
+    """Learner update tokens/s at each world size (data-parallel ranks on this machine)."""
+    from agent_rl.benchmarks import learner_bench
+    from agent_rl.model_store import resolve_model
+
+    sizes = [int(size) for size in world_size.split(",") if size.strip()]
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter(f"world sizes must be positive integers, got {world_size!r}")
+    _save(learner_bench.run(console, resolve_model(model, dtype), sizes, updates=updates,
+                            dtype=dtype, threads=threads), out, "learner")
+
+
 @app.command("pipeline")
 def bench_pipeline(
     config: Annotated[Path, typer.Option(help="The run config both modes use.")] = Path("configs/smoke.yaml"),

@@ -177,6 +177,9 @@ def train_command(
     from agent_rl.orchestrate.launch import resolve_run_model
 
     resolve_run_model(config)  # a missing model is one line, before any output
+    from agent_rl.learn.distributed import layout
+
+    console.print(layout(config.learner.world_size, config.learner.device).describe())
     if not config.pipeline.show_worker_logs:
         console.print(f"Ray and vLLM worker logs: {Path(config.out_dir) / 'worker_logs'} "
                       "(agent-rl -v train ... shows them here)")

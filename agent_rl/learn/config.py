@@ -53,3 +53,7 @@ class LearnerConfig(StrictModel):
         description="where the model, optimizer and recomputed logprobs live: cpu or cuda",
     )
     threads: int | None = Field(None, ge=1, description="torch threads of the learner; None: default")
+    world_size: int = Field(
+        1, ge=1, description="data-parallel learner ranks (processes on this machine), each with "
+        "the whole model; an update's groups are split across them"
+    )

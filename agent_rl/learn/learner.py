@@ -6,6 +6,9 @@ token-budget micro-batches, a forward and backward per micro-batch (gradients ac
 pre-clip gradient norm, the optimizer step, the version bump. The model is the matched-kernel
 Llama (`kernels.llama.MatchedLlama`) so that at lag 0 the learner's logprobs equal the rollout's
 bit for bit, or plain transformers when matched kernels are off (`agent_rl.learn.policy`).
+With `learner.world_size` > 1 this is one rank of several (`agent_rl.learn.data_parallel` starts
+them): it forwards its share of the groups and the gradients are summed before the step
+(`agent_rl.learn.distributed`).
 The update returns an `UpdateResult`: what the scheduler needs (lag, flat groups) typed, beside
 the metrics it logs (`agent_rl.learn.update_metrics`).
 """
@@ -24,6 +27,13 @@ import torch
 
 from agent_rl.learn.advantages import group_advantages, has_reward_variance
 from agent_rl.learn.config import LearnerConfig, LossConfig
+from agent_rl.learn.distributed import (
+    all_reduce_gradients,
+    gather_to_all,
+    layout,
+    rank_and_world_size,
+    split_groups,
+)
 from agent_rl.learn.errors import LearnerError
 from agent_rl.learn.loss import k3_kl, response_loss
 from agent_rl.learn.policy import MatchedPolicy, PolicyModel, TransformersPolicy
@@ -45,8 +55,34 @@ class UpdateResult:
     metrics: dict[str, Any]
 
 
+@dataclass
+class ForwardTally:
+    """What one rank's forwards of an update measured, merged over the ranks for the metrics."""
+
+    weights: list[torch.Tensor]  # IS weights of each sample's sampled tokens
+    kl: list[torch.Tensor]  # k3 KL of the same tokens
+    lag0: list[torch.Tensor]  # which of them are lag 0
+    loss: float  # this rank's part of the update's loss
+    tokens: int  # tokens forwarded
+
+    @classmethod
+    def merged(cls, tallies: list[ForwardTally]) -> ForwardTally:
+        return cls(
+            weights=[w for tally in tallies for w in tally.weights],
+            kl=[k for tally in tallies for k in tally.kl],
+            lag0=[lag0 for tally in tallies for lag0 in tally.lag0],
+            loss=sum(tally.loss for tally in tallies),
+            tokens=sum(tally.tokens for tally in tallies),
+        )
+
+
 class Learner:
-    """Owns the model and the optimizer; `version` counts the optimizer updates taken."""
+    """Owns the model and the optimizer; `version` counts the optimizer updates taken.
+
+    Inside a process group of `learner.world_size` ranks it is one of them: every rank holds
+    the whole model and takes the same step on the summed gradient, so any rank's state is the
+    full state.
+    """
 
     def __init__(
         self,
@@ -61,7 +97,15 @@ class Learner:
     ) -> None:
         self.config = config = config or LearnerConfig()
         self.loss = loss or LossConfig()
-        self.device = learner_device(config.device)
+        self.rank, self.world_size = rank_and_world_size()
+        if self.world_size != config.world_size:
+            raise LearnerError(
+                f"learner.world_size is {config.world_size}, but this process is one of "
+                f"{self.world_size} ranks; start the ranks with "
+                "agent_rl.learn.data_parallel.DataParallelLearner (agent-rl train does), or set "
+                "learner.world_size: 1"
+            )
+        self.device = learner_device(layout(config.world_size, config.device).devices[self.rank])
         torch.manual_seed(seed)
         policy_class = MatchedPolicy if matched_kernels else TransformersPolicy
         self.policy: PolicyModel = policy_class(
@@ -102,7 +146,8 @@ class Learner:
                             tokens=tokens, metrics=metrics)
 
     def accumulate_gradients(self, groups: list[Group]) -> dict[str, Any]:
-        """Fill `.grad` of every parameter with the gradient of the loss on `groups`.
+        """Fill `.grad` of every parameter with the gradient of the loss on `groups` (on one
+        rank of several: of its share of the groups; `apply_gradients` sums them).
 
         Separate from the step so that tests can compare the gradient itself.
         """
@@ -111,10 +156,14 @@ class Learner:
         trained_at = self.version
         loss_config = self.loss
 
+        # Every rank reads the whole batch (the loss is normalised by all its responses and the
+        # lag metrics cover all its tokens) but forwards only its own groups.
+        mine = set(split_groups(groups, self.world_size)[self.rank])
         b_samples: list[Sample] = []
         b_lags: list[torch.Tensor] = []
         num_responses = 0
         zero_variance = 0
+        trained_responses = 0
         for group_index, group in enumerate(groups):
             rewards = group.rewards
             flat = not has_reward_variance(rewards)
@@ -131,7 +180,8 @@ class Learner:
                 # A flat group has A = 0 for every response, so no gradient (unless a KL term
                 # gives it one): it is forwarded without a graph, for the IS and KL metrics only.
                 sample.needs_grad = not flat or bool(loss_config.kl_coef)
-                if sample.needs_grad or self.config.diagnose_flat_groups:
+                trained_responses += sample.needs_grad
+                if group_index in mine and (sample.needs_grad or self.config.diagnose_flat_groups):
                     b_samples.append(sample)
 
         lags = torch.cat(b_lags) if b_lags else torch.zeros(0, dtype=torch.long)
@@ -168,14 +218,16 @@ class Learner:
                 mb_loss.backward()
             total_loss += mb_loss.item()
 
+        tally = ForwardTally.merged(gather_to_all(
+            ForwardTally(b_weights, b_kl, b_lag0, total_loss, forward_tokens)))
         return {
-            "losses/loss": total_loss,
-            **weight_metrics(b_weights, b_kl, b_lag0),
+            "losses/loss": tally.loss,
+            **weight_metrics(tally.weights, tally.kl, tally.lag0),
             **lag_metrics(lags),
             **group_metrics(groups),
             "charts/zero_variance_groups": zero_variance,
-            "charts/trained_responses": sum(sample.needs_grad for sample in b_samples),
-            "forward_tokens": forward_tokens,
+            "charts/trained_responses": trained_responses,
+            "forward_tokens": tally.tokens,
         }
 
     def sampled_logprobs(self, samples: list[Sample]) -> Iterator[tuple[Sample, torch.Tensor]]:
@@ -230,11 +282,13 @@ class Learner:
         return limit
 
     def apply_gradients(self) -> float:
-        """Clip (if set), take the optimizer step and bump the version; returns the pre-clip
-        gradient norm."""
+        """Sum the ranks' gradients (if several), clip (if set), take the optimizer step and
+        bump the version; returns the pre-clip gradient norm, the global one."""
         if self.master_weights is not self.parameters:
             for param, master in zip(self.parameters, self.master_weights, strict=True):
                 master.grad = None if param.grad is None else param.grad.float()
+        if self.world_size > 1:
+            all_reduce_gradients(self.master_weights)
         norm = self._clip_gradients()
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate()
@@ -270,6 +324,10 @@ class Learner:
             torch.nn.utils.clip_grads_with_norm_(self.master_weights, self.config.max_grad_norm,
                                                  norm)
         return float(norm)
+
+    def close(self) -> None:
+        """Nothing to release (the interface `DataParallelLearner` shares, which stops its
+        ranks here)."""
 
     def rollout_state_dict(self) -> dict[str, torch.Tensor]:
         """The current weights under Hugging Face names, on the CPU, for the rollout."""

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent_rl.learn.data_parallel import DataParallelLearner
 from agent_rl.learn.learner import Learner
 from agent_rl.orchestrate.faults import FaultyEnvFactory
 from agent_rl.train_config import TrainConfig
@@ -32,11 +33,13 @@ def check_env_kwargs(config: TrainConfig) -> None:
     make_env(config.env.id, **config.env.make_kwargs(config.env.split)).close()
 
 
-def make_learner(config: TrainConfig, model_dir: Path) -> Learner:
+def make_learner(config: TrainConfig, model_dir: Path) -> Learner | DataParallelLearner:
     """The run's learner: its own config and the loss, with the run's model, dtype, kernels,
-    sampling temperature and seed."""
-    return Learner(model_dir, config.learner, config.loss, matched_kernels=config.matched_kernels,
-                   dtype=config.dtype, temperature=config.rollout.temperature, seed=config.seed)
+    sampling temperature and seed; `learner.world_size` ranks of it when that is above 1."""
+    learner_class = DataParallelLearner if config.learner.world_size > 1 else Learner
+    return learner_class(model_dir, config.learner, config.loss,
+                         matched_kernels=config.matched_kernels, dtype=config.dtype,
+                         temperature=config.rollout.temperature, seed=config.seed)
 
 
 def rollout_model_dir(config: TrainConfig, model_dir: Path, run_dir: Path) -> Path:

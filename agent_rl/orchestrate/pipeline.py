@@ -1,4 +1,5 @@
-"""The training run: rollout actors on Ray and one learner, working at the same time.
+"""The training run: rollout actors on Ray and one learner (of `learner.world_size` ranks),
+working at the same time.
 
 `train(config)` is the entry point `agent-rl train CONFIG` calls. Three parts, one job each:
 - the `Scheduler` decides: which actor may start a group, what the loop waits for, which groups
@@ -30,7 +31,9 @@ import yaml
 
 from agent_rl.config import ConfigError, dump_config
 from agent_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from agent_rl.learn.data_parallel import DataParallelLearner
 from agent_rl.learn.hf_export import EXPORT_DIR, export_hf_checkpoint
+from agent_rl.learn.learner import Learner
 from agent_rl.learn.update_metrics import group_metrics
 from agent_rl.metrics import MetricsWriter, write_summary
 from agent_rl.orchestrate.actor_pool import (
@@ -154,6 +157,7 @@ class Pipeline:
         self.hooks = Hooks([DriverFaults(self.faults, self.run_dir)])
         self.started_ray = init_ray(config)
         self.pool: ActorPool | None = None
+        self.learner: Learner | DataParallelLearner | None = None
         try:
             self._start(model_dir)
         except BaseException:
@@ -398,6 +402,8 @@ class Pipeline:
         """Stop the actors and, if this run started Ray, Ray and every process below this one
         (a joined cluster's processes are not the run's: it only disconnects)."""
         started_local = self.started_ray and not self.config.pipeline.ray_address
+        if self.learner is not None:
+            self.learner.close()  # its other ranks first: they are processes below this one
         descendants = descendant_processes() if started_local else []
         if self.pool is not None:
             self.pool.shutdown(grace_s)

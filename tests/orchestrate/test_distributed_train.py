@@ -1,0 +1,56 @@
+"""`agent-rl train` with a data-parallel learner: a run at world size 2 killed after its
+checkpoint resumes at world size 1 and finishes, its ledger whole. Sync mode with matched
+kernels, so every update is at lag 0 and both ranks recompute the rollout's logprobs bit for
+bit: every importance weight is exactly 1, before the kill and after."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_rl.fault_config import FaultConfig
+from agent_rl.learn.checkpoint import latest_checkpoint
+from agent_rl.metrics import read_metrics
+from agent_rl.orchestrate.faults import LearnerKilled
+from agent_rl.orchestrate.ledger import read_ledger
+from agent_rl.orchestrate.pipeline import train
+from agent_rl.train_config import TrainConfig
+
+NUM_UPDATES = 4
+KILLED_AFTER = 3  # the checkpoint at 2 is where the resumed run starts
+
+
+def _config(out_dir: Path, world_size: int, faults: FaultConfig | None = None) -> TrainConfig:
+    return TrainConfig.model_validate({
+        "model": "tiny",
+        "seed": 7,
+        "out_dir": out_dir,
+        "env": {"id": "agent_rl/Parity-v0",
+                "kwargs": {"categories": ["arithmetic"], "max_turns": 2}},
+        "rollout": {"group_size": 2, "max_tokens_per_turn": 16},
+        "engine": {"max_model_len": 512, "kv_cache_gib": 0.25},
+        "learner": {"lr": 1e-4, "world_size": world_size, "threads": 1},
+        "pipeline": {"groups_per_update": 2, "max_lag": 0, "num_updates": NUM_UPDATES,
+                     "checkpoint_every": 2, "stall_timeout_s": 300.0},
+        "faults": faults or FaultConfig(),
+    })
+
+
+@pytest.mark.slow
+def test_a_run_at_world_size_2_killed_resumes_at_world_size_1(local_ray, tmp_path: Path
+                                                             ) -> None:
+    with pytest.raises(LearnerKilled):
+        train(_config(tmp_path, 2, FaultConfig(kill_learner_at_update=KILLED_AFTER)))
+    assert read_ledger(tmp_path)["version"] == KILLED_AFTER
+    assert latest_checkpoint(tmp_path).name == "update_000002"
+
+    resumed = train(_config(tmp_path, 1))
+    assert resumed.resumed_from == 2 and resumed.updates == NUM_UPDATES
+    ledger = read_ledger(tmp_path)
+    assert ledger["status"] == "finished"
+    assert ledger["counts"]["generated"] == ledger["counts"]["trained"] + ledger["counts"]["dropped"]
+    records = read_metrics(tmp_path)
+    assert [record["step"] for record in records] == list(range(1, NUM_UPDATES + 1))
+    for record in records:
+        assert record["is/max"] == record["is/min"] == 1.0
