@@ -31,6 +31,7 @@ __all__ = [
     "parse_tool_calls",
     "render_tool_result",
     "run_tool_call",
+    "schemas_system_prompt",
     "tools_system_prompt",
 ]
 
@@ -306,12 +307,18 @@ def format_tool_feedback(errors: Sequence[MalformedToolCall]) -> str:
 
 def tools_system_prompt(tools: Iterable[Tool], preamble: str = "") -> str:
     """The system prompt section that lists the tools, in the Hermes/Qwen2.5 layout."""
-    schemas = "\n".join(json.dumps(tool.schema, ensure_ascii=False) for tool in tools)
+    return schemas_system_prompt([tool.schema for tool in tools], preamble)
+
+
+def schemas_system_prompt(schemas: Iterable[Mapping[str, Any]], preamble: str = "") -> str:
+    """`tools_system_prompt` from OpenAI function schemas, for callers that have the schemas but
+    not the functions (an OpenAI-compatible endpoint gets only `tools=` from its client)."""
+    listed = "\n".join(json.dumps(schema, ensure_ascii=False) for schema in schemas)
     parts = [preamble.strip()] if preamble.strip() else []
     parts.append(
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
         "You are provided with function signatures within <tools></tools> XML tags:\n"
-        f"<tools>\n{schemas}\n</tools>\n\n"
+        f"<tools>\n{listed}\n</tools>\n\n"
         "For each function call, return a json object with function name and arguments within "
         f"{CALL_OPEN}{CALL_CLOSE} XML tags:\n{CALL_OPEN}\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n'

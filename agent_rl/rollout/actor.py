@@ -269,16 +269,18 @@ class RolloutActor:
         self._time.change(episodes=1)
         try:
             record = await run_episode(
-                self._sample_turn, self._env_threads, self._env_factory, task, seed,
+                self.sample_turn, self._env_threads, self._env_factory, task, seed,
                 tokenizer=self._tokenizer, context_budget=self._context_budget,
                 pass_tools=self.config.pass_tools_to_template,
             )
         finally:
             self._time.change(episodes=-1)
-        return record.to_trajectory(group_id, self._sampling_record(seed))
+        return record.to_trajectory(group_id, self.sampling_record(seed))
 
-    async def _sample_turn(self, token_ids: list[int], room: int, seed: int | None
-                           ) -> SampledTurn:
+    async def sample_turn(self, token_ids: list[int], room: int, seed: int | None
+                          ) -> SampledTurn:
+        """One assistant turn after `token_ids` with the rollout's per-turn limits, at most
+        `room` tokens; the time it takes counts as sampling in `time_use`."""
         self._time.change(sampling=1)
         try:
             return await self.sample(token_ids, seed=seed,
@@ -300,7 +302,8 @@ class RolloutActor:
     def _request_id(self) -> str:
         return f"{self.name}-{uuid.uuid4().hex}"
 
-    def _sampling_record(self, seed: int | None) -> dict[str, Any]:
+    def sampling_record(self, seed: int | None) -> dict[str, Any]:
+        """How an episode with `seed` was sampled, as its trajectory records it."""
         return {
             "temperature": self.config.temperature,
             "top_p": self.config.top_p,

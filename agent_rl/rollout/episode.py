@@ -123,8 +123,7 @@ async def _step(sample_turn: SampleTurn, env_threads: EnvThreads, env: Any,
         if room <= 0:
             episode.end_reason = END_CONTEXT_BUDGET
             return
-        turn_seed = None if seed is None else (seed * 7919 + episode.num_turns) % 2**31
-        turn = await sample_turn(episode.token_ids, room, turn_seed)
+        turn = await sample_turn(episode.token_ids, room, turn_seed(seed, episode.num_turns))
         episode.append_sampled(turn)
         if turn.stop_token is None and len(episode.token_ids) >= budget:
             episode.end_reason = END_CONTEXT_BUDGET
@@ -141,6 +140,12 @@ async def _step(sample_turn: SampleTurn, env_threads: EnvThreads, env: Any,
             episode.end_reason = END_CONTEXT_BUDGET
             return
         episode.feed(reply_ids)
+
+
+def turn_seed(episode_seed: int | None, turn: int) -> int | None:
+    """The sampling seed of an episode's `turn`-th assistant turn (from 0): every way of playing
+    an episode uses it, so the same seed samples the same ids whoever drives the turns."""
+    return None if episode_seed is None else (episode_seed * 7919 + turn) % 2**31
 
 
 @dataclass

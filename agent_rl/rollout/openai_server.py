@@ -1,0 +1,228 @@
+"""An OpenAI-compatible chat-completions endpoint in front of a rollout actor's engine.
+
+Each episode has its own base URL, `<root>/episodes/<key>/v1`, so any client that takes a
+`base_url` (the `openai` package, and what is built on it) plays one episode without knowing it.
+Requests are sampled by the actor (`RolloutActor.sample_turn`) with the rollout's sampling
+settings, seeds and weights, and recorded token-exactly by a `ChatEpisode`; `finish_episode`
+turns the record into the same `Trajectory` the env loop produces.
+
+The server runs on the event loop of the engine it serves (AsyncLLM's output handler belongs to
+that loop). Agent code must not: a blocking client there would stall every episode's decoding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agent_rl.rollout.chat_episode import ChatEpisode, EpisodeEndedError
+from agent_rl.rollout.episode import SampledTurn, turn_seed
+from agent_rl.rollout.openai_messages import Message, MessageFormatError
+from agent_rl.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agent_rl.rollout.actor import RolloutActor
+
+logger = logging.getLogger(__name__)
+
+
+class UnknownEpisodeError(KeyError):
+    """A key that names no open episode of this endpoint."""
+
+
+@dataclass
+class ServedEpisode:
+    """An open episode: its record, its seed and the lock that keeps its requests in order (two
+    requests of one episode at once cannot both extend one history)."""
+
+    chat: ChatEpisode
+    seed: int | None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class OpenAIEndpoint:
+    """Serves `POST <root>/episodes/<key>/v1/chat/completions` for one rollout actor.
+
+    Use: `root = await endpoint.start()`, then per episode `key = endpoint.open_episode(...)`,
+    hand `endpoint.base_url(key)` to the agent, and `endpoint.finish_episode(key, reward, ...)`
+    when it is done. All on the actor's event loop.
+
+    Args:
+        actor: a started `RolloutActor` (in this process).
+        model_name: the model name the responses report.
+    """
+
+    def __init__(self, actor: RolloutActor, model_name: str = "agent-rl") -> None:
+        self.actor = actor
+        self.model_name = model_name
+        self.root = ""
+        self._episodes: dict[str, ServedEpisode] = {}
+        self._server: _EmbeddedServer | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self.app = self._build_app()
+
+    def open_episode(self, task_id: str = "", category: str = "", seed: int | None = None) -> str:
+        """Start recording an episode; returns its key (see `base_url`)."""
+        key = uuid.uuid4().hex
+        chat = ChatEpisode(
+            self.actor.tokenizer, task_id, category,
+            context_budget=self.actor.context_budget,
+            pass_tools_to_template=self.actor.config.pass_tools_to_template,
+        )
+        self._episodes[key] = ServedEpisode(chat, seed)
+        return key
+
+    def base_url(self, key: str) -> str:
+        """The `base_url` an OpenAI client uses to play episode `key`."""
+        return f"{self.root}/episodes/{key}/v1"
+
+    def finish_episode(self, key: str, reward: float, group_id: str,
+                       info: Mapping[str, Any] | None = None) -> Trajectory:
+        """Close episode `key` and return its trajectory; later requests to it get 404."""
+        served = self._episodes.pop(key, None)
+        if served is None:
+            raise UnknownEpisodeError(f"no open episode {key!r}")
+        return served.chat.finish(reward, group_id, self.actor.sampling_record(served.seed), info)
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Serve on this event loop (port 0: any free port); returns the root URL."""
+        config = uvicorn.Config(self.app, host=host, port=port, log_level="warning",
+                                lifespan="off")
+        self._server = _EmbeddedServer(config)
+        self._serving = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._serving.done():
+                raise RuntimeError(f"the endpoint could not listen on {host}:{port} (see the "
+                                   "log above); choose another port")
+            await asyncio.sleep(0.01)
+        bound_port = self._server.servers[0].sockets[0].getsockname()[1]
+        self.root = f"http://{host}:{bound_port}"
+        logger.info("OpenAI-compatible endpoint at %s", self.root)
+        return self.root
+
+    async def stop(self) -> None:
+        """Stop serving; open episodes are dropped."""
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            await self._serving
+        self._server = self._serving = None
+        self._episodes.clear()
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title="agent-rl OpenAI-compatible endpoint")
+
+        @app.post("/episodes/{key}/v1/chat/completions")
+        async def chat_completions(key: str, request: Request) -> Any:
+            try:
+                body = await request.json()
+            except json.JSONDecodeError as error:
+                return _error(400, f"the request body is not JSON ({error})", None)
+            served = self._episodes.get(key)
+            if served is None:
+                return _error(404, f"no open episode {key!r}; it was finished or never opened",
+                              None, code="episode_not_found")
+            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+                return _error(400, "the request needs a list of messages", "messages")
+            if body.get("n", 1) != 1:
+                return _error(400, "n must be 1: an episode is one conversation", "n")
+            try:
+                response = await self._complete(served, body)
+            except MessageFormatError as error:
+                return _error(400, str(error), f"messages[{error.index}]",
+                              code=type(error).__name__)
+            except EpisodeEndedError as error:
+                return _error(400, str(error), "messages", code="context_length_exceeded")
+            if body.get("stream"):
+                return StreamingResponse(_stream(response, body), media_type="text/event-stream")
+            return JSONResponse(response)
+
+        return app
+
+    async def _complete(self, served: ServedEpisode, body: dict[str, Any]) -> dict[str, Any]:
+        async with served.lock:
+            chat = served.chat
+            prompt = list(chat.prompt_ids(body["messages"], body.get("tools")))
+            room = chat.room()
+            requested = body.get("max_completion_tokens") or body.get("max_tokens")
+            if requested:
+                room = min(room, int(requested))
+            turn = await self.actor.sample_turn(prompt, room, turn_seed(served.seed,
+                                                                        chat.num_turns))
+            message = chat.add_turn(turn)
+        return self._response(message, turn, len(prompt), bool(body.get("logprobs")))
+
+    def _response(self, message: Message, turn: SampledTurn, prompt_tokens: int,
+                  logprobs: bool) -> dict[str, Any]:
+        finish = "tool_calls" if message.get("tool_calls") else turn.finish_reason
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish,
+                                  "logprobs": None}
+        if logprobs:
+            choice["logprobs"] = {"content": self._token_logprobs(turn)}
+        completion = len(turn.token_ids)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+            "created": int(time.time()), "model": self.model_name, "choices": [choice],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                      "total_tokens": prompt_tokens + completion},
+        }
+
+    def _token_logprobs(self, turn: SampledTurn) -> list[dict[str, Any]]:
+        """Every sampled token with its behavior logprob, the closing stop token included (it
+        is trained on too); only the sampled token, so `top_logprobs` is empty."""
+        tokenizer = self.actor.tokenizer
+        entries = []
+        for token_id, logprob in zip(turn.token_ids, turn.logprobs, strict=True):
+            text = tokenizer.decode([token_id])
+            entries.append({"token": text, "logprob": logprob,
+                            "bytes": list(text.encode("utf-8")), "top_logprobs": []})
+        return entries
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn's server without its signal handlers: the process that embeds the endpoint (a
+    trainer, a Ray actor) owns SIGINT and SIGTERM."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+        return contextlib.nullcontext()
+
+
+async def _stream(response: dict[str, Any], body: dict[str, Any]) -> AsyncIterator[str]:
+    """The finished response as server-sent chunks; the turn is sampled whole first, so the
+    chunks arrive together, not as the tokens are decoded."""
+    choice = response["choices"][0]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": index, **call}
+                               for index, call in enumerate(message["tool_calls"])]
+    head = {key: response[key] for key in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    yield _event({**head, "choices": [{"index": 0, "delta": delta, "logprobs": choice["logprobs"],
+                                       "finish_reason": None}]})
+    yield _event({**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                                       "finish_reason": choice["finish_reason"]}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield _event({**head, "choices": [], "usage": response["usage"]})
+    yield "data: [DONE]\n\n"
+
+
+def _event(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def _error(status: int, message: str, param: str | None,
+           code: str | None = None) -> JSONResponse:
+    """An error in OpenAI's shape, so clients raise their usual exception with our message."""
+    return JSONResponse(status_code=status, content={"error": {
+        "message": message, "type": "invalid_request_error", "param": param, "code": code}})
