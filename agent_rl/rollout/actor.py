@@ -177,7 +177,7 @@ class RolloutActor:
         group_id = group_id or f"{self.name}-g{serial}-{uuid.uuid4().hex[:6]}"
         stream = serial if group_seed is None else group_seed
         episodes = [
-            self._run_episode(task, group_id, self._episode_seed(stream, index))
+            self._run_episode(task, group_id, self.episode_seed(stream, index))
             for index in range(size)
         ]
         trajectories = list(await asyncio.gather(*episodes))
@@ -294,7 +294,8 @@ class RolloutActor:
 
         return make_env(self.config.env_id, **self.config.env_kwargs)
 
-    def _episode_seed(self, group_serial: int, index: int) -> int | None:
+    def episode_seed(self, group_serial: int, index: int) -> int | None:
+        """The seed of episode `index` of group `group_serial` (None with an unseeded config)."""
         if self.config.seed is None:
             return None
         return (self.config.seed * 1_000_003 + group_serial * 4099 + index) % 2**31

@@ -27,6 +27,7 @@ from agent_rl.rollout.openai_messages import (
     turn_key,
 )
 from agent_rl.trajectory import END_CONTEXT_BUDGET, END_TERMINATED, Trajectory
+from envs.tools import ANSWER_TOOL_NAME
 
 
 class HistoryMismatchError(MessageFormatError):
@@ -86,11 +87,20 @@ class ChatEpisode:
         return self.record.token_ids
 
     def add_turn(self, turn: SampledTurn) -> Message:
-        """Record a sampled turn and return it as the OpenAI assistant message to send."""
+        """Record a sampled turn and return it as the OpenAI assistant message to send.
+
+        Raises:
+            EpisodeEndedError: the episode was finished while the turn was sampled (its agent
+                ran out of time); its trajectory is already out and must not change.
+        """
         assert self._tokens is not None, "prompt_ids comes before add_turn"
+        if self.ended:
+            raise EpisodeEndedError("the episode was finished while this turn was sampled")
         self.record.append_sampled(turn)
         text = self._tokens.add_assistant(turn.token_ids, turn.stop_token)
         message = assistant_message(text)
+        self.record.tool_calls += sum(1 for call in message.get("tool_calls") or []
+                                      if call["function"]["name"] != ANSWER_TOOL_NAME)
         self._seen.append(turn_key(message, len(self._seen)))
         self._call_names.update(call_names(message))
         if turn.stop_token is None and len(self.record.token_ids) >= self.context_budget:
@@ -102,10 +112,13 @@ class ChatEpisode:
         return self.context_budget - len(self.record.token_ids)
 
     def finish(self, reward: float, group_id: str, sampling: dict[str, Any],
-               info: Mapping[str, Any] | None = None) -> Trajectory:
-        """End the episode with the agent's reward; it ends as terminated unless it already
-        ran out of context."""
-        if not self.ended:
+               info: Mapping[str, Any] | None = None,
+               end_reason: str | None = None) -> Trajectory:
+        """End the episode with the agent's reward. It ends as `end_reason` if given, else as
+        terminated unless it already ran out of context."""
+        if end_reason is not None:
+            self._end(end_reason)
+        elif not self.ended:
             self._end(END_TERMINATED)
         self.record.reward = float(reward)
         self.record.info.update(info or {})

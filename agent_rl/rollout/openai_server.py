@@ -87,13 +87,25 @@ class OpenAIEndpoint:
         """The `base_url` an OpenAI client uses to play episode `key`."""
         return f"{self.root}/episodes/{key}/v1"
 
+    def turns(self, key: str) -> int:
+        """Assistant turns sampled so far in episode `key`."""
+        return self._served(key).chat.num_turns
+
     def finish_episode(self, key: str, reward: float, group_id: str,
-                       info: Mapping[str, Any] | None = None) -> Trajectory:
-        """Close episode `key` and return its trajectory; later requests to it get 404."""
-        served = self._episodes.pop(key, None)
+                       info: Mapping[str, Any] | None = None,
+                       end_reason: str | None = None) -> Trajectory:
+        """Close episode `key` and return its trajectory (see `ChatEpisode.finish`); later
+        requests to it get 404."""
+        served = self._served(key)
+        del self._episodes[key]
+        return served.chat.finish(reward, group_id, self.actor.sampling_record(served.seed),
+                                  info, end_reason)
+
+    def _served(self, key: str) -> ServedEpisode:
+        served = self._episodes.get(key)
         if served is None:
             raise UnknownEpisodeError(f"no open episode {key!r}")
-        return served.chat.finish(reward, group_id, self.actor.sampling_record(served.seed), info)
+        return served
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve on this event loop (port 0: any free port); returns the root URL."""

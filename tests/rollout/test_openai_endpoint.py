@@ -56,10 +56,14 @@ class ScriptedActor:
         self.script = script
         self.calls: list[tuple[int, int | None]] = []
         self.stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.header = tokenizer("<|im_start|>assistant", add_special_tokens=False)["input_ids"]
 
     async def sample_turn(self, token_ids: list[int], room: int, seed: int | None
                           ) -> SampledTurn:
-        turn = len(self.calls) % len(self.script)
+        # The prompt's assistant headers tell which turn of its episode this is.
+        width = len(self.header)
+        headers = sum(token_ids[i:i + width] == self.header for i in range(len(token_ids)))
+        turn = (headers - 1) % len(self.script)
         self.calls.append((len(token_ids), seed))
         ids = [*self.tokenizer(self.script[turn], add_special_tokens=False)["input_ids"],
                self.stop][:room]
@@ -85,7 +89,7 @@ class Served:
         self.loop.run_until_complete(self.endpoint.start())
 
     def play(self, agent: Callable[[openai.OpenAI], float], seed: int = 5) -> Trajectory:
-        self.actor.calls.clear()  # the script starts again with every episode
+        self.actor.calls.clear()
         key = self.endpoint.open_episode(TASK["task_id"], TASK["category"], seed=seed)
         client = openai.OpenAI(base_url=self.endpoint.base_url(key), api_key="none",
                                max_retries=0)

@@ -1,0 +1,135 @@
+"""A user's agent (`async def run(task, client)`) playing groups through the endpoint, with the
+scripted sampler of test_openai_endpoint.py: rewards, seeds, failures and concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_openai_endpoint import SCRIPT, TASK, ScriptedActor, Served, make_env, next_number
+from transformers import AutoTokenizer
+
+from agent_rl.rollout.agents import AgentEpisodes, AgentLoadError, load_agent
+from agent_rl.trajectory import END_ENV_ERROR, END_TERMINATED, tool_calls
+from envs.tool_env import DEFAULT_SYSTEM_PROMPT
+from envs.verifiers import Verdict
+
+AGENT_THREADS: set[str] = set()
+
+
+async def tool_agent(task: dict[str, Any], client: Any) -> Verdict:
+    """The ToolEnv's loop against `openai.AsyncOpenAI` only."""
+    AGENT_THREADS.add(threading.current_thread().name)
+    tools = [schema for schema in (tool.schema for tool in make_env().tools.values())]
+    messages: list[Any] = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+                           {"role": "user", "content": task["prompt"]}]
+    for _ in range(4):
+        reply = await client.chat.completions.create(model="m", messages=messages, tools=tools)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls or []:
+            arguments = json.loads(call.function.arguments)
+            if call.function.name == "answer":
+                correct = arguments["answer"] == task["answer"]
+                return Verdict(float(correct), correct, "checked by the agent")
+            messages.append({"role": "tool", "tool_call_id": call.id,
+                             "content": json.dumps(next_number(**arguments))})
+    return Verdict(0.0, False, "no answer")
+
+
+async def raising_agent(task: dict[str, Any], client: Any) -> float:
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    raise RuntimeError("the agent's own tool broke")
+
+
+async def silent_agent(task: dict[str, Any], client: Any) -> float:
+    return 1.0
+
+
+async def slow_agent(task: dict[str, Any], client: Any) -> float:
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    await asyncio.sleep(5)
+    return 1.0
+
+
+def not_async(task: dict[str, Any], client: Any) -> float:
+    return 1.0
+
+
+class SeededActor(ScriptedActor):
+    """The scripted actor with a rollout actor's name and group seeding."""
+
+    name = "scripted"
+
+    def episode_seed(self, group_serial: int, index: int) -> int | None:
+        return group_serial * 100 + index
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model: Path) -> Iterator[Served]:
+    state = Served(AutoTokenizer.from_pretrained(tiny_model))
+    state.actor = SeededActor(state.actor.tokenizer, SCRIPT)
+    state.endpoint.actor = state.actor  # type: ignore[assignment]
+    yield state
+    state.loop.run_until_complete(state.endpoint.stop())
+    state.loop.close()
+
+
+def play(served: Served, agent_spec: str, size: int, **options: Any) -> Any:
+    episodes = AgentEpisodes(served.actor, served.endpoint,  # type: ignore[arg-type]
+                             load_agent(agent_spec), **options)
+    try:
+        return served.loop.run_until_complete(episodes.play_group(TASK, size, group_seed=3))
+    finally:
+        episodes.shutdown()
+
+
+def test_an_agent_group_is_rewarded_by_its_verdict_and_seeded_per_episode(
+        served: Served) -> None:
+    group = play(served, "test_agent_episodes:tool_agent", 3)
+
+    assert [t.end_reason for t in group.trajectories] == [END_TERMINATED] * 3
+    assert group.rewards == [1.0, 1.0, 1.0]
+    assert [t.sampling["seed"] for t in group.trajectories] == [300, 301, 302]
+    for trajectory in group.trajectories:
+        assert trajectory.task_id == TASK["task_id"] and trajectory.num_turns == 2
+        assert tool_calls(trajectory) == 1, "next_number counts, the answer call does not"
+        assert trajectory.info["verdict"]["detail"] == "checked by the agent"
+    assert AGENT_THREADS and all(name.startswith("agent") for name in AGENT_THREADS)
+
+
+@pytest.mark.parametrize(("spec", "error"), [
+    ("test_agent_episodes:raising_agent", "the agent's own tool broke"),
+    ("test_agent_episodes:silent_agent", "without calling the endpoint"),
+])
+def test_an_agent_that_fails_ends_its_episode_as_an_env_error(
+        served: Served, spec: str, error: str) -> None:
+    (trajectory,) = play(served, spec, 1).trajectories
+    assert trajectory.end_reason == END_ENV_ERROR and trajectory.reward == 0.0
+    assert error in trajectory.info["error"]
+
+
+def test_an_agent_past_its_time_limit_ends_as_an_env_error(served: Served) -> None:
+    (trajectory,) = play(served, "test_agent_episodes:slow_agent", 1, time_limit_s=1.0).trajectories
+    assert trajectory.end_reason == END_ENV_ERROR
+    assert "time limit of 1 s" in trajectory.info["error"]
+
+
+def test_64_concurrent_agent_episodes_complete(served: Served) -> None:
+    group = play(served, "test_agent_episodes:tool_agent", 64, threads=64)
+    assert group.rewards == [1.0] * 64
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("no_colon", "not 'module:function'"),
+    ("no_such_module_here:run", "cannot import"),
+    ("test_agent_episodes:not_async", "must be an async function"),
+])
+def test_an_agent_spec_that_names_no_async_function_is_refused(spec: str, message: str) -> None:
+    with pytest.raises(AgentLoadError, match=message):
+        load_agent(spec)
