@@ -36,6 +36,16 @@ class EnvConfig(StrictModel):
         "(envs.format_penalty)",
     )
 
+    agent: str | None = Field(
+        None, description="'module:function': your own async agent plays this env's tasks "
+        "through the OpenAI-compatible endpoint in place of the env's step loop (agent-rl eval "
+        "only so far; docs/own-agent.md)",
+    )
+    agent_time_limit_s: float = Field(
+        600.0, gt=0, description="most seconds one agent episode may run; past it the episode "
+        "ends as an env error",
+    )
+
     @field_validator("step_latency")
     @classmethod
     def _readable_latency(cls, spec: str | None) -> str | None:

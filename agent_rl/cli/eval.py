@@ -72,6 +72,12 @@ def eval_command(
         int | None,
         typer.Option(min=1, help="Episodes in flight at once (whole groups of k). Default: 32."),
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="Your own agent, 'module:function' (an async run(task, client) "
+                     "returning a reward), plays the tasks through the OpenAI-compatible "
+                     "endpoint instead of the env's loop. Default: the config's env.agent."),
+    ] = None,
     env_arg: Annotated[
         list[str] | None,
         typer.Option(help="An env argument as KEY=VALUE (YAML value), e.g. "
@@ -106,7 +112,7 @@ def eval_command(
         "tasks": task_file, "split": split, "k": k, "temperature": temperature,
         "limit_per_category": limit_per_category, "max_tokens_per_turn": max_tokens_per_turn,
         "max_turns": max_turns, "context_budget": context_budget,
-        "max_concurrent_episodes": concurrency,
+        "max_concurrent_episodes": concurrency, "agent": agent,
     }
     run_options.update({key: value for key, value in given.items() if value is not None})
     run_options["env_kwargs"] = {**run_options["env_kwargs"], **parse_env_args(env_arg or [])}

@@ -52,4 +52,6 @@ def eval_options(config: TrainConfig) -> dict[str, Any]:
                        if key in kwargs and key != "max_turns"},
         "dtype": config.dtype,
         "seed": 0,
+        "agent": config.env.agent,
+        "agent_time_limit_s": config.env.agent_time_limit_s,
     }

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,11 +204,15 @@ async def _evaluate_async(
     success_threshold: float = SUCCESS_THRESHOLD,
     label: str | None = None,
     on_episodes: Callable[[int, int], None] | None = None,
+    agent: str | None = None,
+    agent_time_limit_s: float = 600.0,
 ) -> EvalReport:
     """`evaluate`'s body, in an event loop: the actor's episodes are coroutines.
 
     `on_episodes(done, total)` is called as tasks finish (a progress bar's hook); `task_rows`
-    gives the tasks directly (a fixed held-out subset).
+    gives the tasks directly (a fixed held-out subset). `agent` ("module:function") plays the
+    tasks through the OpenAI-compatible endpoint instead of the env's step loop
+    (`agent_rl.rollout.agents`).
     """
     if k < 1:
         raise EvalError(f"k must be at least 1, got {k}")
@@ -222,21 +226,33 @@ async def _evaluate_async(
     if not selected:
         raise EvalError(f"no tasks to evaluate (source {tasks or env_id!r}, split {split!r})")
 
+    agent_function = _load_agent(agent) if agent is not None else None
     started = time.perf_counter()
     resolved = resolve_eval_model(model)
     actor = await _start_actor(
         resolved, env_id, env_kwargs, temperature, max_tokens_per_turn, context_budget,
         max_model_len, kv_cache_gib, seed, dtype,
     )
+    players = None
     try:
         metadata = actor.metadata()
         if on_episodes is not None:
             on_episodes(0, len(selected) * k)
-        groups = await _sample_groups(actor, selected, k, max_concurrent_episodes, on_episodes)
+        play_group = actor.generate_group
+        if agent_function is not None:
+            players = await _start_agent_episodes(actor, agent_function, agent_time_limit_s,
+                                                  max_concurrent_episodes)
+            play_group = players.play_group
+        groups = await _sample_groups(play_group, selected, k, max_concurrent_episodes,
+                                      on_episodes)
         policy_version = actor.policy_version
     finally:
+        if players is not None:
+            players.shutdown()
+            await players.endpoint.stop()
         await actor.shutdown()
     settings = {
+        **({"agent": agent} if agent is not None else {}),
         "checkpoint": resolved.label,
         "policy_version": policy_version,
         "env_kwargs": env_kwargs,
@@ -393,8 +409,30 @@ def _engine_model_dir(model_dir: Path) -> Path:
     return use_matched_architecture(source, agent_rl_home() / "matched" / f"{source.name}-{key}")
 
 
+def _load_agent(spec: str) -> Any:
+    """The agent function, loaded before any engine starts so a wrong spec fails at once."""
+    from agent_rl.rollout.agents import AgentLoadError, load_agent
+
+    try:
+        return load_agent(spec)
+    except AgentLoadError as error:
+        raise EvalError(str(error)) from error
+
+
+async def _start_agent_episodes(actor: Any, agent: Any, time_limit_s: float,
+                                threads: int) -> Any:
+    """The actor's OpenAI-compatible endpoint and the agent episodes played through it."""
+    from agent_rl.rollout.agents import AgentEpisodes
+    from agent_rl.rollout.openai_server import OpenAIEndpoint
+
+    endpoint = OpenAIEndpoint(actor)
+    await endpoint.start()
+    return AgentEpisodes(actor, endpoint, agent, time_limit_s=time_limit_s, threads=threads)
+
+
 async def _sample_groups(
-    actor: Any, tasks: Sequence[dict[str, Any]], k: int, max_concurrent_episodes: int,
+    play_group: Callable[[dict[str, Any], int], Awaitable[Group]],
+    tasks: Sequence[dict[str, Any]], k: int, max_concurrent_episodes: int,
     on_episodes: Callable[[int, int], None] | None = None,
 ) -> list[Any]:
     """One group of k episodes per task, about `max_concurrent_episodes` episodes at once (whole
@@ -406,7 +444,7 @@ async def _sample_groups(
 
     async def one(task: dict[str, Any]) -> Any:
         async with gate:
-            group = await actor.generate_group(task, k)
+            group = await play_group(task, k)
             logger.info("task %s: rewards %s", group.task_id, group.rewards)
             done[0] += k
             if on_episodes is not None:

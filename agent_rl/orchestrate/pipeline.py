@@ -148,6 +148,10 @@ class Pipeline:
         # Everything a user can get wrong is checked before the run folder or Ray exists.
         model_dir = self.model_dir = resolve_run_model(config)
         check_env_kwargs(config)
+        if config.env.agent is not None:
+            raise ConfigError(f"env.agent {config.env.agent!r}: agent-rl train does not run own "
+                            "agents yet, only agent-rl eval does (docs/own-agent.md); remove "
+                            "env.agent to train the env's own loop")
         self.tasks = TaskStream(load_task_rows(config, config.env.split), config.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         check_resumable(config, self.run_dir)
