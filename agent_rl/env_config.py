@@ -38,8 +38,8 @@ class EnvConfig(StrictModel):
 
     agent: str | None = Field(
         None, description="'module:function': your own async agent plays this env's tasks "
-        "through the OpenAI-compatible endpoint in place of the env's step loop (agent-rl eval "
-        "only so far; docs/own-agent.md)",
+        "through the rollout's OpenAI-compatible endpoint in place of the env's step loop "
+        "(docs/own-agent.md)",
     )
     agent_time_limit_s: float = Field(
         600.0, gt=0, description="most seconds one agent episode may run; past it the episode "

@@ -126,7 +126,8 @@ class PipelineConfig(StrictModel):
 # would give one knob two places.
 RUN_OWNED: dict[str, dict[str, str]] = {
     "rollout": {"env_id": "env.id", "env_kwargs": "env.kwargs", "seed": "seed",
-                "env_threads": "pipeline.groups_in_flight_per_actor"},
+                "env_threads": "pipeline.groups_in_flight_per_actor", "agent": "env.agent",
+                "agent_time_limit_s": "env.agent_time_limit_s"},
     "engine": {"model": "model or init_from", "dtype": "dtype", "seed": "seed",
                "lm_head_fp32": "dtype"},
 }

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,30 +226,24 @@ async def _evaluate_async(
     if not selected:
         raise EvalError(f"no tasks to evaluate (source {tasks or env_id!r}, split {split!r})")
 
-    agent_function = _load_agent(agent) if agent is not None else None
+    if agent is not None:
+        _load_agent(agent)
     started = time.perf_counter()
     resolved = resolve_eval_model(model)
     actor = await _start_actor(
         resolved, env_id, env_kwargs, temperature, max_tokens_per_turn, context_budget,
         max_model_len, kv_cache_gib, seed, dtype,
+        # an agent holds a thread for its whole episode: one per episode in flight
+        {"agent": agent, "agent_time_limit_s": agent_time_limit_s,
+         "env_threads": max(32, max_concurrent_episodes)},
     )
-    players = None
     try:
         metadata = actor.metadata()
         if on_episodes is not None:
             on_episodes(0, len(selected) * k)
-        play_group = actor.generate_group
-        if agent_function is not None:
-            players = await _start_agent_episodes(actor, agent_function, agent_time_limit_s,
-                                                  max_concurrent_episodes)
-            play_group = players.play_group
-        groups = await _sample_groups(play_group, selected, k, max_concurrent_episodes,
-                                      on_episodes)
+        groups = await _sample_groups(actor, selected, k, max_concurrent_episodes, on_episodes)
         policy_version = actor.policy_version
     finally:
-        if players is not None:
-            players.shutdown()
-            await players.endpoint.stop()
         await actor.shutdown()
     settings = {
         **({"agent": agent} if agent is not None else {}),
@@ -358,6 +352,7 @@ async def _start_actor(
     kv_cache_gib: float,
     seed: int | None,
     dtype: str | None = None,
+    rollout_options: dict[str, Any] | None = None,
 ) -> Any:
     from agent_rl.rollout.actor import RolloutActor
     from agent_rl.rollout.config import RolloutConfig
@@ -381,6 +376,7 @@ async def _start_actor(
         seed=seed,
         env_id=env_id,
         env_kwargs=env_kwargs,
+        **(rollout_options or {}),
     )
     actor = RolloutActor(engine_config, rollout_config, name="eval",
                          initial_version=resolved.policy_version)
@@ -410,7 +406,8 @@ def _engine_model_dir(model_dir: Path) -> Path:
 
 
 def _load_agent(spec: str) -> Any:
-    """The agent function, loaded before any engine starts so a wrong spec fails at once."""
+    """The agent function, loaded before any engine starts so a wrong spec fails at once (the
+    actor loads it again to play it)."""
     from agent_rl.rollout.agents import AgentLoadError, load_agent
 
     try:
@@ -419,20 +416,8 @@ def _load_agent(spec: str) -> Any:
         raise EvalError(str(error)) from error
 
 
-async def _start_agent_episodes(actor: Any, agent: Any, time_limit_s: float,
-                                threads: int) -> Any:
-    """The actor's OpenAI-compatible endpoint and the agent episodes played through it."""
-    from agent_rl.rollout.agents import AgentEpisodes
-    from agent_rl.rollout.openai_server import OpenAIEndpoint
-
-    endpoint = OpenAIEndpoint(actor)
-    await endpoint.start()
-    return AgentEpisodes(actor, endpoint, agent, time_limit_s=time_limit_s, threads=threads)
-
-
 async def _sample_groups(
-    play_group: Callable[[dict[str, Any], int], Awaitable[Group]],
-    tasks: Sequence[dict[str, Any]], k: int, max_concurrent_episodes: int,
+    actor: Any, tasks: Sequence[dict[str, Any]], k: int, max_concurrent_episodes: int,
     on_episodes: Callable[[int, int], None] | None = None,
 ) -> list[Any]:
     """One group of k episodes per task, about `max_concurrent_episodes` episodes at once (whole
@@ -444,7 +429,7 @@ async def _sample_groups(
 
     async def one(task: dict[str, Any]) -> Any:
         async with gate:
-            group = await play_group(task, k)
+            group = await actor.generate_group(task, k)
             logger.info("task %s: rewards %s", group.task_id, group.rewards)
             done[0] += k
             if on_episodes is not None:

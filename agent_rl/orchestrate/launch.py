@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent_rl.config import ConfigError
 from agent_rl.learn.data_parallel import DataParallelLearner
 from agent_rl.learn.learner import Learner
 from agent_rl.orchestrate.faults import FaultyEnvFactory
@@ -31,6 +32,19 @@ def check_env_kwargs(config: TrainConfig) -> None:
     from envs.loading import make_env
 
     make_env(config.env.id, **config.env.make_kwargs(config.env.split)).close()
+
+
+def check_agent(config: TrainConfig) -> None:
+    """Import `env.agent` here, so a wrong name fails before Ray and vLLM start; the rollout
+    actors import it again (it must be on their PYTHONPATH too)."""
+    if config.env.agent is None:
+        return
+    from agent_rl.rollout.agents import AgentLoadError, load_agent
+
+    try:
+        load_agent(config.env.agent)
+    except AgentLoadError as error:
+        raise ConfigError(f"env.agent: {error}") from error
 
 
 def make_learner(config: TrainConfig, model_dir: Path) -> Learner | DataParallelLearner:
@@ -70,6 +84,7 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
     rollout_config = config.rollout.model_copy(update={
         "env_id": config.env.id, "env_kwargs": env_kwargs, "seed": config.seed,
         "env_threads": max(4, config.rollout.group_size * pipeline.groups_in_flight_per_actor),
+        "agent": config.env.agent, "agent_time_limit_s": config.env.agent_time_limit_s,
     })
     num_cpus = min(1.0, pipeline.ray_num_cpus / pipeline.num_rollout_actors)
     return [

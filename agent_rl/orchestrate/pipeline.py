@@ -49,6 +49,7 @@ from agent_rl.orchestrate.fault_hooks import DriverFaults
 from agent_rl.orchestrate.faults import FaultInjector, is_injected_error
 from agent_rl.orchestrate.hooks import Hooks
 from agent_rl.orchestrate.launch import (
+    check_agent,
     check_env_kwargs,
     make_learner,
     resolve_run_model,
@@ -148,10 +149,7 @@ class Pipeline:
         # Everything a user can get wrong is checked before the run folder or Ray exists.
         model_dir = self.model_dir = resolve_run_model(config)
         check_env_kwargs(config)
-        if config.env.agent is not None:
-            raise ConfigError(f"env.agent {config.env.agent!r}: agent-rl train does not run own "
-                            "agents yet, only agent-rl eval does (docs/own-agent.md); remove "
-                            "env.agent to train the env's own loop")
+        check_agent(config)
         self.tasks = TaskStream(load_task_rows(config, config.env.split), config.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         check_resumable(config, self.run_dir)

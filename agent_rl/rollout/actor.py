@@ -18,7 +18,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,6 +36,9 @@ from agent_rl.trajectory import (
     Group,
     Trajectory,
 )
+
+if TYPE_CHECKING:
+    from agent_rl.rollout.agents import AgentEpisodes
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,7 @@ class RolloutActor:
         self._env_threads = EnvThreads(self.config.env_threads)
         self._time = TimeUse()
         self._engine: Any = None
+        self._agent_episodes: AgentEpisodes | None = None
         self._tokenizer: Any = None
         self._context_budget = self.config.context_budget
 
@@ -164,7 +168,8 @@ class RolloutActor:
         self, task: dict[str, Any] | None, group_size: int | None = None,
         group_seed: int | None = None, group_id: str | None = None,
     ) -> Group:
-        """Sample `group_size` episodes of one task concurrently.
+        """Sample `group_size` episodes of one task concurrently: in the env, or played by the
+        config's own agent through this actor's OpenAI-compatible endpoint.
 
         `group_seed` names the group's random stream (with a seeded config): the trainer passes
         the task position, so a resumed run, whose actors count groups from 0 again, samples a
@@ -173,6 +178,9 @@ class RolloutActor:
         """
         await self.start()
         size = group_size or self.config.group_size
+        if self.config.agent is not None:
+            players = await self._agent_players()
+            return await players.play_group(task or {}, size, group_seed, group_id)
         serial = next(self._group_serial)
         group_id = group_id or f"{self.name}-g{serial}-{uuid.uuid4().hex[:6]}"
         stream = serial if group_seed is None else group_seed
@@ -257,7 +265,11 @@ class RolloutActor:
         return self._time.snapshot()
 
     async def shutdown(self) -> None:
-        """Stop the engine and the env threads."""
+        """Stop the agents' endpoint, the engine and the env threads."""
+        if self._agent_episodes is not None:
+            self._agent_episodes.shutdown()
+            await self._agent_episodes.endpoint.stop()
+            self._agent_episodes = None
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
@@ -288,6 +300,22 @@ class RolloutActor:
                                      min_tokens=self.config.min_tokens_per_turn)
         finally:
             self._time.change(sampling=-1)
+
+    async def _agent_players(self) -> AgentEpisodes:
+        """The endpoint and agent episodes, started with the first group (on this event loop,
+        the engine's)."""
+        if self._agent_episodes is None:
+            from agent_rl.rollout.agents import AgentEpisodes, load_agent
+            from agent_rl.rollout.openai_server import OpenAIEndpoint
+
+            assert self.config.agent is not None
+            agent = load_agent(self.config.agent)
+            endpoint = OpenAIEndpoint(self)
+            await endpoint.start()
+            self._agent_episodes = AgentEpisodes(
+                self, endpoint, agent, time_limit_s=self.config.agent_time_limit_s,
+                threads=self.config.env_threads)
+        return self._agent_episodes
 
     def _make_gymnasium_env(self) -> Any:
         from envs.loading import make_env

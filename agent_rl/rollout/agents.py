@@ -63,8 +63,9 @@ class AgentEpisodes:
         actor: the started rollout actor the endpoint serves (its seeds and sampling record).
         endpoint: a started endpoint on the actor's event loop.
         agent: the agent function (see `load_agent`).
-        time_limit_s: most seconds one episode's agent may run.
-        threads: most agents running at once.
+        time_limit_s: most seconds one episode's agent may run, counted from its submission.
+        threads: most agents running at once; give one per episode in flight, since an episode
+            waiting for a thread spends its time limit.
     """
 
     def __init__(self, actor: RolloutActor, endpoint: OpenAIEndpoint, agent: Agent, *,

@@ -28,6 +28,13 @@ class RolloutConfig(StrictModel):
     env_id: str = Field("agent_rl/PythonTool-v0", description="gymnasium id of the environment")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="gymnasium.make kwargs")
     env_threads: int = Field(32, gt=0, description="threads running env.reset/env.step calls")
+    agent: str | None = Field(
+        None, description="'module:function': an own agent plays the episodes through the "
+        "actor's OpenAI-compatible endpoint instead of the env (agent_rl.rollout.agents)",
+    )
+    agent_time_limit_s: float = Field(
+        600.0, gt=0, description="most seconds one agent episode may run"
+    )
     pass_tools_to_template: bool = Field(
         True, description="give the env's tool schemas to the chat template as `tools=`"
     )
