@@ -12,6 +12,7 @@ re-rendering it would silently give the learner ids the model never sampled.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agent_rl.rollout.chat_tokens import ChatTokens, EpisodeTokens
@@ -37,6 +38,17 @@ class HistoryMismatchError(MessageFormatError):
 
 class EpisodeEndedError(RuntimeError):
     """A request came after the episode ran out of context or was finished."""
+
+
+@dataclass(frozen=True)
+class EpisodeMark:
+    """Where an episode stood before a request (see `ChatEpisode.rollback`)."""
+
+    tokens: EpisodeTokens | None
+    history_length: int
+    ids_length: int
+    seen: list[TurnKey]
+    tools: list[dict[str, Any]] | None
 
 
 class ChatEpisode:
@@ -85,6 +97,22 @@ class ChatEpisode:
         else:
             self._continue(messages, keys, tool_list)
         return self.record.token_ids
+
+    def mark(self) -> EpisodeMark:
+        """The episode's state now, to return to if the coming request is abandoned."""
+        history = len(self._tokens.history) if self._tokens is not None else 0
+        return EpisodeMark(self._tokens, history, len(self.record.token_ids), self._seen,
+                           self._tools)
+
+    def rollback(self, mark: EpisodeMark) -> None:
+        """Forget what `prompt_ids` took in since `mark`: its turn was never sampled (the client
+        went away, or the engine failed), so the same request may be sent again."""
+        self._tokens = mark.tokens
+        if mark.tokens is not None:
+            del mark.tokens.history[mark.history_length:]
+        self.record.truncate(mark.ids_length)
+        self._seen = mark.seen
+        self._tools = mark.tools
 
     def add_turn(self, turn: SampledTurn) -> Message:
         """Record a sampled turn and return it as the OpenAI assistant message to send.

@@ -185,6 +185,12 @@ class EpisodeRecord:
         self.behavior_logprobs.extend([0.0] * len(token_ids))
         self.policy_versions.extend([-1] * len(token_ids))
 
+    def truncate(self, length: int) -> None:
+        """Drop the tokens past `length`: fed ones of a request its sender abandoned."""
+        for tokens in (self.token_ids, self.loss_mask, self.behavior_logprobs,
+                       self.policy_versions):
+            del tokens[length:]
+
     def append_sampled(self, turn: SampledTurn) -> None:
         if not turn.fresh_context and turn.token_ids:
             self.lag0_excluded_turn_starts.append(len(self.token_ids))

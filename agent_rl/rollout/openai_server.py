@@ -18,9 +18,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -36,9 +36,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
+
+DISCONNECT_POLL_S = 0.25  # how often a waiting request checks that its client is still there
+
 
 class UnknownEpisodeError(KeyError):
     """A key that names no open episode of this endpoint."""
+
+
+class ClientGoneError(ConnectionError):
+    """The client disconnected before its turn was sampled."""
 
 
 @dataclass
@@ -149,7 +158,9 @@ class OpenAIEndpoint:
             if body.get("n", 1) != 1:
                 return _error(400, "n must be 1: an episode is one conversation", "n")
             try:
-                response = await self._complete(served, body)
+                response = await _unless_disconnected(request, self._complete(served, body))
+            except ClientGoneError:
+                return JSONResponse(status_code=499, content=None)
             except MessageFormatError as error:
                 return _error(400, str(error), f"messages[{error.index}]",
                               code=type(error).__name__)
@@ -164,13 +175,18 @@ class OpenAIEndpoint:
     async def _complete(self, served: ServedEpisode, body: dict[str, Any]) -> dict[str, Any]:
         async with served.lock:
             chat = served.chat
+            before = chat.mark()
             prompt = list(chat.prompt_ids(body["messages"], body.get("tools")))
             room = chat.room()
             requested = body.get("max_completion_tokens") or body.get("max_tokens")
             if requested:
                 room = min(room, int(requested))
-            turn = await self.actor.sample_turn(prompt, room, turn_seed(served.seed,
-                                                                        chat.num_turns))
+            try:
+                turn = await self.actor.sample_turn(prompt, room, turn_seed(served.seed,
+                                                                            chat.num_turns))
+            except BaseException:
+                chat.rollback(before)
+                raise
             message = chat.add_turn(turn)
         return self._response(message, turn, len(prompt), bool(body.get("logprobs")))
 
@@ -207,6 +223,22 @@ class _EmbeddedServer(uvicorn.Server):
 
     def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
         return contextlib.nullcontext()
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result, or ClientGoneError once the client disconnects: `work` is then
+    cancelled, which aborts its request in the engine (AsyncLLM aborts a cancelled
+    generation), so a client that gives up leaves no orphan request decoding on."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise ClientGoneError("the client disconnected while its turn was sampled")
 
 
 async def _stream(response: dict[str, Any], body: dict[str, Any]) -> AsyncIterator[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ class ScriptedActor:
         self.calls: list[tuple[int, int | None]] = []
         self.stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.header = tokenizer("<|im_start|>assistant", add_special_tokens=False)["input_ids"]
+        self.delay = 0.0  # seconds each turn takes, to let a client give up on it
+        self.cancelled = 0
 
     async def sample_turn(self, token_ids: list[int], room: int, seed: int | None
                           ) -> SampledTurn:
@@ -65,6 +68,11 @@ class ScriptedActor:
         headers = sum(token_ids[i:i + width] == self.header for i in range(len(token_ids)))
         turn = (headers - 1) % len(self.script)
         self.calls.append((len(token_ids), seed))
+        try:
+            await asyncio.sleep(self.delay)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
         ids = [*self.tokenizer(self.script[turn], add_special_tokens=False)["input_ids"],
                self.stop][:room]
         logprobs = [-0.5 - turn - i / 100 for i in range(len(ids))]
@@ -242,3 +250,27 @@ def test_a_finished_episode_answers_not_found(served: Served) -> None:
 
     with pytest.raises(openai.NotFoundError, match="no open episode"):
         served.loop.run_until_complete(asyncio.to_thread(ask))
+
+
+def test_a_client_that_gives_up_cancels_its_turn_and_may_send_it_again(served: Served) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+
+    def agent(client: openai.OpenAI) -> float:
+        served.actor.delay = 30.0
+        impatient = client.with_options(timeout=0.5)
+        with pytest.raises(openai.APITimeoutError):
+            impatient.chat.completions.create(model="tiny", messages=messages)
+        deadline = time.monotonic() + 5
+        while not served.actor.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        served.actor.delay = 0.0
+        client.chat.completions.create(model="tiny", messages=messages)
+        return 0.0
+
+    served.actor.cancelled = 0
+    trajectory = served.play(agent)
+    assert served.actor.cancelled == 1, "the abandoned turn's sampling was cancelled"
+    fresh = served.play(lambda client: client.chat.completions.create(
+        model="tiny", messages=messages) and 0.0)
+    assert trajectory.num_turns == 1
+    assert trajectory.token_ids == fresh.token_ids, "the abandoned request left nothing behind"
