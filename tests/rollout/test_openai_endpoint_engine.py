@@ -14,9 +14,12 @@ from typing import Any
 
 import openai
 import pytest
+import torch
+from safetensors.torch import load_file
 from test_rollout_envs import SYSTEM_PROMPT, CounterToolEnv
 
 from agent_rl.rollout.actor import RolloutActor
+from agent_rl.rollout.agents import AgentEpisodes, load_agent
 from agent_rl.rollout.chat_tokens import ChatTokens
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
@@ -69,6 +72,19 @@ def counter_agent(base_url: str, logprobs: list[list[float]]) -> float:
         logprobs.append([entry.logprob for entry in (choice.logprobs.content or [])]
                         if choice.logprobs else [])
         messages.append(choice.message.model_dump(exclude_none=True))
+        if turn == 1:
+            messages.append({"role": "tool", "tool_call_id": "", "name": "count",
+                             "content": "count=1"})
+    return 1.0
+
+
+async def async_counter_agent(task: dict[str, Any], client: Any) -> float:
+    """`counter_agent` as an own agent (`agent_rl.rollout.agents`), on `openai.AsyncOpenAI`."""
+    messages: list[Any] = [{"role": "system", "content": SYSTEM_PROMPT},
+                           {"role": "user", "content": "Count to three."}]
+    for turn in (1, 2):
+        reply = await client.chat.completions.create(model="tiny", messages=messages)
+        messages.append(reply.choices[0].message.model_dump(exclude_none=True))
         if turn == 1:
             messages.append({"role": "tool", "tool_call_id": "", "name": "count",
                              "content": "count=1"})
@@ -133,3 +149,46 @@ def _sampled_runs(trajectory: Trajectory) -> list[list[int]]:
             runs[-1].append(token)
         previous = mask
     return runs
+
+
+def test_64_concurrent_agent_episodes_on_one_actor_complete(served: Served) -> None:
+    players = AgentEpisodes(served.actor, served.endpoint,
+                            load_agent("test_openai_endpoint_engine:async_counter_agent"),
+                            threads=64)
+    try:
+        group = served.run(players.play_group({"task_id": "count-64"}, 64))
+    finally:
+        players.shutdown()
+    assert len(group.trajectories) == 64
+    assert {(t.end_reason, t.num_turns, t.reward) for t in group.trajectories} == {
+        ("terminated", 2, 1.0)}
+
+
+def test_turns_sampled_after_a_weight_update_carry_its_version(
+        served: Served, tiny_model: Path) -> None:
+    """Runs last: it moves the module's actor to version 1."""
+    key = served.endpoint.open_episode(seed=9)
+    client = openai.OpenAI(base_url=served.endpoint.base_url(key), api_key="none",
+                           max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "Count to three."}]
+
+    def one_turn() -> None:
+        reply = client.chat.completions.create(model="tiny", messages=messages)
+        messages.append(reply.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": "", "name": "count",
+                         "content": f"count={len(messages) // 2}"})
+
+    served.run(asyncio.to_thread(one_turn))
+    weights = load_file(str(tiny_model / "model.safetensors"))
+    generator = torch.Generator().manual_seed(7)
+    perturbed = {name: tensor + 0.01 * torch.randn(tensor.shape, generator=generator,
+                                                   dtype=tensor.dtype)
+                 for name, tensor in weights.items()}
+    served.run(served.actor.update_weights(1, perturbed))
+    served.run(asyncio.to_thread(one_turn))
+    trajectory = served.endpoint.finish_episode(key, 0.0, group_id="g")
+
+    runs = _sampled_runs(trajectory)
+    versions = [v for v, mask in zip(trajectory.policy_versions, trajectory.loss_mask,
+                                     strict=True) if mask]
+    assert versions == [0] * len(runs[0]) + [1] * len(runs[1])
