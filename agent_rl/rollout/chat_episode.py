@@ -106,7 +106,10 @@ class ChatEpisode:
 
     def rollback(self, mark: EpisodeMark) -> None:
         """Forget what `prompt_ids` took in since `mark`: its turn was never sampled (the client
-        went away, or the engine failed), so the same request may be sent again."""
+        went away, or the engine failed), so the same request may be sent again. A finished
+        episode stays as it was: its trajectory is out."""
+        if self.ended:
+            return
         self._tokens = mark.tokens
         if mark.tokens is not None:
             del mark.tokens.history[mark.history_length:]

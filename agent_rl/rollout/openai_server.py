@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,12 +52,14 @@ class ClientGoneError(ConnectionError):
 
 @dataclass
 class ServedEpisode:
-    """An open episode: its record, its seed and the lock that keeps its requests in order (two
-    requests of one episode at once cannot both extend one history)."""
+    """An open episode: its record, its seed, the lock that keeps its requests in order (two
+    requests of one episode at once cannot both extend one history) and the requests under way,
+    which finishing the episode cancels."""
 
     chat: ChatEpisode
     seed: int | None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    in_flight: set[asyncio.Future[Any]] = field(default_factory=set)
 
 
 class OpenAIEndpoint:
@@ -107,6 +109,8 @@ class OpenAIEndpoint:
         requests to it get 404."""
         served = self._served(key)
         del self._episodes[key]
+        for request in served.in_flight:
+            request.cancel()
         return served.chat.finish(reward, group_id, self.actor.sampling_record(served.seed),
                                   info, end_reason)
 
@@ -157,8 +161,10 @@ class OpenAIEndpoint:
                 return _error(400, "the request needs a list of messages", "messages")
             if body.get("n", 1) != 1:
                 return _error(400, "n must be 1: an episode is one conversation", "n")
+            work = asyncio.ensure_future(self._complete(served, body))
+            served.in_flight.add(work)
             try:
-                response = await _unless_disconnected(request, self._complete(served, body))
+                response = await _unless_disconnected(request, work)
             except ClientGoneError:
                 return JSONResponse(status_code=499, content=None)
             except MessageFormatError as error:
@@ -166,6 +172,8 @@ class OpenAIEndpoint:
                               code=type(error).__name__)
             except EpisodeEndedError as error:
                 return _error(400, str(error), "messages", code="context_length_exceeded")
+            finally:
+                served.in_flight.discard(work)
             if body.get("stream"):
                 return StreamingResponse(_stream(response, body), media_type="text/event-stream")
             return JSONResponse(response)
@@ -225,14 +233,16 @@ class _EmbeddedServer(uvicorn.Server):
         return contextlib.nullcontext()
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """`work`'s result, or ClientGoneError once the client disconnects: `work` is then
+async def _unless_disconnected(request: Request, task: asyncio.Future[T]) -> T:
+    """`task`'s result, or ClientGoneError once the client disconnects: `task` is then
     cancelled, which aborts its request in the engine (AsyncLLM aborts a cancelled
-    generation), so a client that gives up leaves no orphan request decoding on."""
-    task = asyncio.ensure_future(work)
+    generation), so a client that gives up leaves no orphan request decoding on. A task
+    cancelled by `finish_episode` gives EpisodeEndedError."""
     while True:
         done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
         if done:
+            if task.cancelled():
+                raise EpisodeEndedError("the episode was finished while this turn was sampled")
             return task.result()
         if await request.is_disconnected():
             task.cancel()

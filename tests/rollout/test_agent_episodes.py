@@ -51,6 +51,11 @@ async def silent_agent(task: dict[str, Any], client: Any) -> float:
     return 1.0
 
 
+async def one_request_agent(task: dict[str, Any], client: Any) -> float:
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    return 1.0
+
+
 async def slow_agent(task: dict[str, Any], client: Any) -> float:
     await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     await asyncio.sleep(5)
@@ -118,6 +123,19 @@ def test_an_agent_past_its_time_limit_ends_as_an_env_error(served: Served) -> No
     (trajectory,) = play(served, "test_agent_episodes:slow_agent", 1, time_limit_s=1.0).trajectories
     assert trajectory.end_reason == END_ENV_ERROR
     assert "time limit of 1 s" in trajectory.info["error"]
+
+
+def test_a_turn_under_way_when_the_time_limit_ends_an_episode_is_cancelled(
+        served: Served) -> None:
+    served.actor.delay, served.actor.cancelled = 30.0, 0
+    try:
+        (trajectory,) = play(served, "test_agent_episodes:one_request_agent", 1,
+                             time_limit_s=0.5).trajectories
+        served.loop.run_until_complete(asyncio.sleep(0.1))
+    finally:
+        served.actor.delay = 0.0
+    assert trajectory.end_reason == END_ENV_ERROR and trajectory.num_turns == 0
+    assert served.actor.cancelled == 1, "the engine request was aborted, not left decoding"
 
 
 def test_64_concurrent_agent_episodes_complete(served: Served) -> None:
