@@ -26,7 +26,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from agent_rl.rollout.chat_episode import ChatEpisode, EpisodeEndedError
+from agent_rl.rollout.chat_episode import ChatEpisode, EpisodeEndedError, HistoryMismatchError
 from agent_rl.rollout.episode import SampledTurn, turn_seed
 from agent_rl.rollout.openai_messages import Message, MessageFormatError
 from agent_rl.trajectory import Trajectory
@@ -161,6 +161,10 @@ class OpenAIEndpoint:
                 return _error(400, "the request needs a list of messages", "messages")
             if body.get("n", 1) != 1:
                 return _error(400, "n must be 1: an episode is one conversation", "n")
+            limit = body.get("max_completion_tokens") or body.get("max_tokens")
+            if limit is not None and not (isinstance(limit, int) and limit > 0):
+                return _error(400, f"max_tokens must be a positive integer, got {limit!r}",
+                              "max_tokens")
             work = asyncio.ensure_future(self._complete(served, body))
             served.in_flight.add(work)
             try:
@@ -168,15 +172,22 @@ class OpenAIEndpoint:
             except ClientGoneError:
                 return JSONResponse(status_code=499, content=None)
             except MessageFormatError as error:
-                return _error(400, str(error), f"messages[{error.index}]",
-                              code=type(error).__name__)
+                code = ("history_mismatch" if isinstance(error, HistoryMismatchError)
+                        else "invalid_message")
+                return _error(400, str(error), f"messages[{error.index}]", code=code)
             except EpisodeEndedError as error:
-                return _error(400, str(error), "messages", code="context_length_exceeded")
+                return _error(400, str(error), "messages", code="episode_ended")
             finally:
                 served.in_flight.discard(work)
             if body.get("stream"):
                 return StreamingResponse(_stream(response, body), media_type="text/event-stream")
             return JSONResponse(response)
+
+        @app.get("/episodes/{key}/v1/models")
+        async def models(key: str) -> Any:
+            # Some clients list the models before their first request.
+            return {"object": "list", "data": [{"id": self.model_name, "object": "model",
+                                                "created": 0, "owned_by": "agent-rl"}]}
 
         return app
 

@@ -211,9 +211,11 @@ def test_an_edited_assistant_turn_is_refused_naming_the_message(served: Served) 
         messages: list[Any] = [{"role": "user", "content": "hi"}]
         reply = client.chat.completions.create(model="tiny", messages=messages)
         edited = {"role": "assistant", "content": (reply.choices[0].message.content or "") + "!"}
-        with pytest.raises(openai.BadRequestError, match=r"messages\[1\]: content differs"):
+        with pytest.raises(openai.BadRequestError,
+                           match=r"messages\[1\]: content differs") as refused:
             client.chat.completions.create(
                 model="tiny", messages=[*messages, edited, {"role": "user", "content": "go"}])
+        assert refused.value.code == "history_mismatch"
         with pytest.raises(openai.BadRequestError, match=r"messages\[1\]"):
             client.chat.completions.create(model="tiny", messages=messages)
         return 0.0
@@ -274,3 +276,12 @@ def test_a_client_that_gives_up_cancels_its_turn_and_may_send_it_again(served: S
         model="tiny", messages=messages) and 0.0)
     assert trajectory.num_turns == 1
     assert trajectory.token_ids == fresh.token_ids, "the abandoned request left nothing behind"
+
+
+def test_the_models_list_names_the_served_model(served: Served) -> None:
+    key = served.endpoint.open_episode()
+    client = openai.OpenAI(base_url=served.endpoint.base_url(key), api_key="none",
+                           max_retries=0)
+    models = served.loop.run_until_complete(asyncio.to_thread(lambda: list(client.models.list())))
+    assert [model.id for model in models] == ["agent-rl"]
+    served.endpoint.finish_episode(key, 0.0, group_id="g")
