@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -199,8 +199,13 @@ class RolloutActor:
         seed: int | None = None,
         min_tokens: int = 0,
         temperature: float | None = None,
+        on_tokens: Callable[[list[int]], None] | None = None,
     ) -> SampledTurn:
-        """Sample one continuation of `prompt_ids` with the rollout's sampling settings."""
+        """Sample one continuation of `prompt_ids` with the rollout's sampling settings.
+
+        `on_tokens` is called with the ids sampled so far each time the engine reports some
+        (for streaming); the turn returned is the same either way.
+        """
         await self.start()
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
@@ -214,7 +219,8 @@ class RolloutActor:
             top_k=self.config.top_k,
             seed=seed,
             logprobs=0,
-            output_kind=RequestOutputKind.FINAL_ONLY,
+            output_kind=(RequestOutputKind.FINAL_ONLY if on_tokens is None
+                         else RequestOutputKind.CUMULATIVE),
         )
         prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
         request_id = self._request_id()
@@ -224,6 +230,8 @@ class RolloutActor:
         final = None
         async for output in self._engine.generate(prompt, params, request_id=request_id):
             final = output
+            if on_tokens is not None:
+                on_tokens(list(output.outputs[0].token_ids))
         assert final is not None
         completion = final.outputs[0]
         token_ids = list(completion.token_ids)
@@ -289,15 +297,17 @@ class RolloutActor:
             self._time.change(episodes=-1)
         return record.to_trajectory(group_id, self.sampling_record(seed))
 
-    async def sample_turn(self, token_ids: list[int], room: int, seed: int | None
-                          ) -> SampledTurn:
+    async def sample_turn(self, token_ids: list[int], room: int, seed: int | None,
+                          on_tokens: Callable[[list[int]], None] | None = None) -> SampledTurn:
         """One assistant turn after `token_ids` with the rollout's per-turn limits, at most
-        `room` tokens; the time it takes counts as sampling in `time_use`."""
+        `room` tokens; the time it takes counts as sampling in `time_use`. `on_tokens`: see
+        `sample`."""
         self._time.change(sampling=1)
         try:
             return await self.sample(token_ids, seed=seed,
                                      max_tokens=min(self.config.max_tokens_per_turn, room),
-                                     min_tokens=self.config.min_tokens_per_turn)
+                                     min_tokens=self.config.min_tokens_per_turn,
+                                     on_tokens=on_tokens)
         finally:
             self._time.change(sampling=-1)
 

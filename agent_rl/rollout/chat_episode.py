@@ -138,6 +138,11 @@ class ChatEpisode:
             self._end(END_CONTEXT_BUDGET)
         return message
 
+    def received_as(self, message: Message) -> None:
+        """The last turn reached the client as `message` (a stream's deltas added up), which is
+        what it will send back: compare its next history with that."""
+        self._seen[-1] = turn_key(message, len(self._seen) - 1)
+
     def room(self) -> int:
         """Tokens the next turn may have before the episode's context budget is reached."""
         return self.context_budget - len(self.record.token_ids)

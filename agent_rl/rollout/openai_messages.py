@@ -147,9 +147,27 @@ def assistant_message(text: str) -> Message:
     calls = parsed.valid_calls
     if not calls or parsed.errors:
         return {"role": "assistant", "content": text}
-    content = _CALL_BLOCK.sub("", text).strip()
+    # Only trailing space goes: what was streamed before the first call stays a prefix.
+    content = _CALL_BLOCK.sub("", text).rstrip()
     return {"role": "assistant", "content": content or None,
             "tool_calls": [_openai_call(call) for call in calls]}
+
+
+def streamable_content(text: str) -> str:
+    """The part of a turn's text so far that is sure to begin its final `content`: it stops
+    before anything that may open a tool call, before an incomplete character, and before
+    trailing space (which the final content drops when the turn has calls)."""
+    end = text.find(CALL_OPEN)
+    if end < 0:
+        end = len(text)
+        for length in range(min(len(CALL_OPEN) - 1, len(text)), 0, -1):
+            if text.endswith(CALL_OPEN[:length]):
+                end = len(text) - length
+                break
+    broken = text.find("\ufffd")
+    if 0 <= broken < end:
+        end = broken
+    return text[:end].rstrip()
 
 
 def _openai_call(call: ToolCall) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agent_rl.rollout.chat_episode import ChatEpisode, EpisodeEndedError, HistoryMismatchError
 from agent_rl.rollout.episode import SampledTurn, turn_seed
-from agent_rl.rollout.openai_messages import Message, MessageFormatError
+from agent_rl.rollout.openai_messages import Message, MessageFormatError, streamable_content
 from agent_rl.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -165,23 +165,30 @@ class OpenAIEndpoint:
             if limit is not None and not (isinstance(limit, int) and limit > 0):
                 return _error(400, f"max_tokens must be a positive integer, got {limit!r}",
                               "max_tokens")
-            work = asyncio.ensure_future(self._complete(served, body))
+            feed = _TokenFeed() if body.get("stream") else None
+            work = asyncio.ensure_future(self._complete(served, body, feed))
             served.in_flight.add(work)
+            streaming = False
             try:
-                response = await _unless_disconnected(request, work)
+                if feed is None:
+                    return JSONResponse(await _unless_disconnected(request, work))
+                # Refusals come as errors, not as a stream: wait for the first tokens.
+                await _unless_disconnected(request, asyncio.ensure_future(
+                    _first_of(work, feed.changed.wait())))
+                if work.done():
+                    _outcome(work)
+                streaming = True  # the stream owns `work` from here
+                return StreamingResponse(self._stream(served, work, feed, body),
+                                         media_type="text/event-stream")
             except ClientGoneError:
                 return JSONResponse(status_code=499, content=None)
-            except MessageFormatError as error:
-                code = ("history_mismatch" if isinstance(error, HistoryMismatchError)
-                        else "invalid_message")
-                return _error(400, str(error), f"messages[{error.index}]", code=code)
-            except EpisodeEndedError as error:
-                return _error(400, str(error), "messages", code="episode_ended")
+            except (MessageFormatError, EpisodeEndedError) as error:
+                return _refusal(error)
             finally:
-                served.in_flight.discard(work)
-            if body.get("stream"):
-                return StreamingResponse(_stream(response, body), media_type="text/event-stream")
-            return JSONResponse(response)
+                if not streaming:
+                    if not work.done():
+                        work.cancel()  # the client went away before the first tokens
+                    served.in_flight.discard(work)
 
         @app.get("/episodes/{key}/v1/models")
         async def models(key: str) -> Any:
@@ -191,7 +198,8 @@ class OpenAIEndpoint:
 
         return app
 
-    async def _complete(self, served: ServedEpisode, body: dict[str, Any]) -> dict[str, Any]:
+    async def _complete(self, served: ServedEpisode, body: dict[str, Any],
+                        feed: _TokenFeed | None = None) -> dict[str, Any]:
         async with served.lock:
             chat = served.chat
             before = chat.mark()
@@ -201,13 +209,44 @@ class OpenAIEndpoint:
             if requested:
                 room = min(room, int(requested))
             try:
-                turn = await self.actor.sample_turn(prompt, room, turn_seed(served.seed,
-                                                                            chat.num_turns))
+                turn = await self.actor.sample_turn(
+                    prompt, room, turn_seed(served.seed, chat.num_turns), on_tokens=feed)
             except BaseException:
                 chat.rollback(before)
                 raise
             message = chat.add_turn(turn)
         return self._response(message, turn, len(prompt), bool(body.get("logprobs")))
+
+    async def _stream(self, served: ServedEpisode, work: asyncio.Future[dict[str, Any]],
+                      feed: _TokenFeed, body: dict[str, Any]) -> AsyncIterator[str]:
+        """The turn as server-sent chunks: content as it is sampled (held back where a tool call
+        may begin), then the rest of the message, its tool calls and logprobs. The episode then
+        compares the client's next history with the content the chunks added up to."""
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": self.model_name}
+        sent = ""
+        try:
+            yield _chunk(head, {"role": "assistant", "content": ""})
+            while not work.done():
+                await _first_of(work, feed.changed.wait())
+                feed.changed.clear()
+                text = streamable_content(self.actor.tokenizer.decode(
+                    feed.ids, skip_special_tokens=True))
+                if text.startswith(sent) and len(text) > len(sent):
+                    yield _chunk(head, {"content": text[len(sent):]})
+                    sent = text
+            try:
+                response = _outcome(work)
+            except EpisodeEndedError as error:
+                yield _event({"error": {"message": str(error), "type": "invalid_request_error",
+                                        "param": None, "code": "episode_ended"}})
+                return
+            async for event in _stream_rest(head, response, sent, body, served.chat):
+                yield event
+        finally:
+            if not work.done():
+                work.cancel()  # the client went away mid-stream: abort the engine request
+            served.in_flight.discard(work)
 
     def _response(self, message: Message, turn: SampledTurn, prompt_tokens: int,
                   logprobs: bool) -> dict[str, Any]:
@@ -252,9 +291,7 @@ async def _unless_disconnected(request: Request, task: asyncio.Future[T]) -> T:
     while True:
         done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
         if done:
-            if task.cancelled():
-                raise EpisodeEndedError("the episode was finished while this turn was sampled")
-            return task.result()
+            return _outcome(task)
         if await request.is_disconnected():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -262,24 +299,64 @@ async def _unless_disconnected(request: Request, task: asyncio.Future[T]) -> T:
             raise ClientGoneError("the client disconnected while its turn was sampled")
 
 
-async def _stream(response: dict[str, Any], body: dict[str, Any]) -> AsyncIterator[str]:
-    """The finished response as server-sent chunks; the turn is sampled whole first, so the
-    chunks arrive together, not as the tokens are decoded."""
+async def _stream_rest(head: dict[str, Any], response: dict[str, Any], sent: str,
+                       body: dict[str, Any], chat: ChatEpisode) -> AsyncIterator[str]:
+    """The chunks after the streamed content: the content's rest, the tool calls, the finish."""
     choice = response["choices"][0]
     message = choice["message"]
-    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    content = message.get("content") or ""
+    rest = content[len(sent):] if content.startswith(sent) else ""
+    chat.received_as({**message, "content": sent + rest or None})
+    delta: dict[str, Any] = {"content": rest} if rest else {}
     if message.get("tool_calls"):
         delta["tool_calls"] = [{"index": index, **call}
                                for index, call in enumerate(message["tool_calls"])]
-    head = {key: response[key] for key in ("id", "created", "model")}
-    head["object"] = "chat.completion.chunk"
-    yield _event({**head, "choices": [{"index": 0, "delta": delta, "logprobs": choice["logprobs"],
-                                       "finish_reason": None}]})
-    yield _event({**head, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                                       "finish_reason": choice["finish_reason"]}]})
+    yield _chunk(head, delta, logprobs=choice["logprobs"])
+    yield _chunk(head, {}, finish_reason=choice["finish_reason"])
     if (body.get("stream_options") or {}).get("include_usage"):
         yield _event({**head, "choices": [], "usage": response["usage"]})
     yield "data: [DONE]\n\n"
+
+
+def _chunk(head: dict[str, Any], delta: dict[str, Any], logprobs: Any = None,
+           finish_reason: str | None = None) -> str:
+    return _event({**head, "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                        "finish_reason": finish_reason}]})
+
+
+class _TokenFeed:
+    """The ids a streamed turn has sampled so far, and an event set when they grow."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.changed.set()
+
+
+def _outcome(task: asyncio.Future[T]) -> T:
+    """A finished request's result; one that `finish_episode` cancelled is an ended episode."""
+    if task.cancelled():
+        raise EpisodeEndedError("the episode was finished while this turn was sampled")
+    return task.result()
+
+
+async def _first_of(work: asyncio.Future[Any], signal: Awaitable[Any]) -> None:
+    """Wait until `work` is done or `signal` fires, whichever is first."""
+    waiter = asyncio.ensure_future(signal)
+    try:
+        await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
+def _refusal(error: MessageFormatError | EpisodeEndedError) -> JSONResponse:
+    if isinstance(error, MessageFormatError):
+        code = "history_mismatch" if isinstance(error, HistoryMismatchError) else "invalid_message"
+        return _error(400, str(error), f"messages[{error.index}]", code=code)
+    return _error(400, str(error), "messages", code="episode_ended")
 
 
 def _event(payload: dict[str, Any]) -> str:

@@ -59,22 +59,26 @@ class ScriptedActor:
         self.stop = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.header = tokenizer("<|im_start|>assistant", add_special_tokens=False)["input_ids"]
         self.delay = 0.0  # seconds each turn takes, to let a client give up on it
+        self.token_delay = 0.001  # seconds between a streamed turn's tokens
         self.cancelled = 0
 
-    async def sample_turn(self, token_ids: list[int], room: int, seed: int | None
-                          ) -> SampledTurn:
+    async def sample_turn(self, token_ids: list[int], room: int, seed: int | None,
+                          on_tokens: Callable[[list[int]], None] | None = None) -> SampledTurn:
         # The prompt's assistant headers tell which turn of its episode this is.
         width = len(self.header)
         headers = sum(token_ids[i:i + width] == self.header for i in range(len(token_ids)))
         turn = (headers - 1) % len(self.script)
         self.calls.append((len(token_ids), seed))
+        ids = [*self.tokenizer(self.script[turn], add_special_tokens=False)["input_ids"],
+               self.stop][:room]
         try:
             await asyncio.sleep(self.delay)
+            for length in range(1, len(ids) + 1 if on_tokens else 0):
+                on_tokens(ids[:length])  # type: ignore[misc]
+                await asyncio.sleep(self.token_delay)
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
-        ids = [*self.tokenizer(self.script[turn], add_special_tokens=False)["input_ids"],
-               self.stop][:room]
         logprobs = [-0.5 - turn - i / 100 for i in range(len(ids))]
         stop = self.stop if ids[-1] == self.stop else None
         return SampledTurn(ids, logprobs, [3] * len(ids), "stop" if stop else "length", stop)
@@ -113,6 +117,18 @@ def served(tiny_model: Path) -> Iterator[Served]:
     state.loop.close()
 
 
+def streamed_message(chunks: Any) -> dict[str, Any]:
+    """The assistant message a streaming client adds up from the chunks."""
+    content, calls = "", []
+    for chunk in chunks:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            calls += [call.model_dump(exclude_none=True, exclude={"index"})
+                      for call in choice.delta.tool_calls or []]
+    return {"role": "assistant", "content": content or None,
+            **({"tool_calls": calls} if calls else {})}
+
+
 def tool_agent(client: openai.OpenAI, stream: bool = False) -> float:
     """The ToolEnv's loop written against the openai package: the same system text and tools,
     tool calls run locally, rewarded 1 for the right answer."""
@@ -120,14 +136,16 @@ def tool_agent(client: openai.OpenAI, stream: bool = False) -> float:
     messages: list[Any] = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
                            {"role": "user", "content": TASK["prompt"]}]
     for _ in range(4):
-        reply = client.chat.completions.create(model="tiny", messages=messages, tools=tools)
-        message = reply.choices[0].message
-        messages.append(message.model_dump(exclude_none=True))
-        for call in message.tool_calls or []:
-            arguments = json.loads(call.function.arguments)
-            if call.function.name == "answer":
+        reply = client.chat.completions.create(model="tiny", messages=messages, tools=tools,
+                                               stream=stream)
+        message = (streamed_message(reply) if stream
+                   else reply.choices[0].message.model_dump(exclude_none=True))
+        messages.append(message)
+        for call in message.get("tool_calls", []):
+            arguments = json.loads(call["function"]["arguments"])
+            if call["function"]["name"] == "answer":
                 return float(arguments["answer"] == TASK["answer"])
-            messages.append({"role": "tool", "tool_call_id": call.id,
+            messages.append({"role": "tool", "tool_call_id": call["id"],
                              "content": json.dumps(next_number(**arguments))})
     return 0.0
 
@@ -191,19 +209,31 @@ def test_logprobs_on_request_are_the_sampled_tokens_behavior_logprobs(served: Se
     assert seen == sampled and len(seen) > 0
 
 
-def test_a_streaming_request_gives_the_same_message_in_chunks(served: Served) -> None:
+def test_a_streamed_turn_sends_its_text_as_sampled_and_its_calls_at_the_end(
+        served: Served) -> None:
     def agent(client: openai.OpenAI) -> float:
         chunks = list(client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True,
             tools=[tool.schema for tool in make_env().tools.values()]))
-        deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
-        assert deltas[0].content == "Let me count."
-        calls = [call for delta in deltas for call in delta.tool_calls or []]
-        assert [call.function.name for call in calls if call.function] == ["next_number"]
+        texts = [chunk.choices[0].delta.content for chunk in chunks
+                 if chunk.choices and chunk.choices[0].delta.content]
+        assert len(texts) > 2, "the text comes token by token"
+        assert "".join(texts) == "Let me count."
+        assert not any("<" in text for text in texts), "no tool-call markup in the content"
+        (call,) = streamed_message(chunks)["tool_calls"]
+        assert call["function"]["name"] == "next_number"
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
         return 0.0
 
     served.play(agent)
+
+
+def test_a_streamed_episode_records_what_a_plain_one_does(served: Served) -> None:
+    streamed = served.play(lambda client: tool_agent(client, stream=True), seed=11)
+    plain = served.play(tool_agent, seed=11)
+    assert streamed.reward == plain.reward == 1.0
+    assert (streamed.token_ids, streamed.loss_mask, streamed.behavior_logprobs) == (
+        plain.token_ids, plain.loss_mask, plain.behavior_logprobs)
 
 
 def test_an_edited_assistant_turn_is_refused_naming_the_message(served: Served) -> None:
@@ -285,3 +315,24 @@ def test_the_models_list_names_the_served_model(served: Served) -> None:
     models = served.loop.run_until_complete(asyncio.to_thread(lambda: list(client.models.list())))
     assert [model.id for model in models] == ["agent-rl"]
     served.endpoint.finish_episode(key, 0.0, group_id="g")
+
+
+def test_a_client_that_leaves_mid_stream_cancels_its_turn(served: Served) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+
+    def agent(client: openai.OpenAI) -> float:
+        served.actor.token_delay = 1.0
+        stream = client.chat.completions.create(model="tiny", messages=messages, stream=True)
+        next(iter(stream))
+        stream.close()
+        deadline = time.monotonic() + 5
+        while not served.actor.cancelled and time.monotonic() < deadline:
+            time.sleep(0.05)
+        served.actor.token_delay = 0.001
+        client.chat.completions.create(model="tiny", messages=messages)
+        return 0.0
+
+    served.actor.cancelled = 0
+    trajectory = served.play(agent)
+    assert served.actor.cancelled == 1
+    assert trajectory.num_turns == 1

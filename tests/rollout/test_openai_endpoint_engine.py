@@ -151,6 +151,36 @@ def _sampled_runs(trajectory: Trajectory) -> list[list[int]]:
     return runs
 
 
+def streaming_counter_agent(base_url: str) -> float:
+    """`counter_agent` with streamed replies, adding up each message from its chunks."""
+    client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
+    messages: list[Any] = [{"role": "system", "content": SYSTEM_PROMPT},
+                           {"role": "user", "content": "Count to three."}]
+    for turn in (1, 2):
+        chunks = client.chat.completions.create(model="tiny", messages=messages, stream=True)
+        content = "".join(chunk.choices[0].delta.content or "" for chunk in chunks
+                          if chunk.choices)
+        messages.append({"role": "assistant", "content": content})
+        if turn == 1:
+            messages.append({"role": "tool", "tool_call_id": "", "name": "count",
+                             "content": "count=1"})
+    return 1.0
+
+
+def test_a_streamed_episode_samples_and_records_what_a_plain_one_does(served: Served) -> None:
+    key = served.endpoint.open_episode(seed=31)
+    served.run(asyncio.to_thread(streaming_counter_agent, served.endpoint.base_url(key)))
+    streamed = served.endpoint.finish_episode(key, 1.0, group_id="g")
+    key = served.endpoint.open_episode(seed=31)
+    served.run(asyncio.to_thread(counter_agent, served.endpoint.base_url(key), []))
+    plain = served.endpoint.finish_episode(key, 1.0, group_id="g")
+
+    assert streamed.num_turns == 2
+    assert streamed.token_ids == plain.token_ids
+    assert streamed.behavior_logprobs == plain.behavior_logprobs
+    assert streamed.policy_versions == plain.policy_versions
+
+
 def test_64_concurrent_agent_episodes_on_one_actor_complete(served: Served) -> None:
     players = AgentEpisodes(served.actor, served.endpoint,
                             load_agent("test_openai_endpoint_engine:async_counter_agent"),
