@@ -41,8 +41,8 @@ class RunState:
 # may change between attempts: num_updates, max_wall_s, threads, faults, evaluation, and the
 # lag bound (an async run may go on synchronously, at max_lag 0).
 RUN_DEFINING = ("model", "init_from", "seed", "matched_kernels", "env.id", "env.kwargs",
-                "env.agent", "env.split", "env.max_tasks", "rollout", "loss", "learner.lr", "learner.betas",
-                "learner.weight_decay", "learner.adam_eps", "learner.max_grad_norm",
+                "env.agent", "env.split", "env.max_tasks", "rollout", "loss", "learner.lr",
+                "learner.betas", "learner.weight_decay", "learner.adam_eps", "learner.max_grad_norm",
                 "pipeline.groups_per_update", "pipeline.dynamic_sampling")
 
 
