@@ -31,7 +31,7 @@ NUM_UPDATES = 4
 KILLED_AFTER = 3  # between the checkpoint at 2 and the end: update 3 is trained twice in all
 
 
-def _config(out_dir: Path, faults: FaultConfig | None = None) -> TrainConfig:
+def _config(out_dir: Path, faults: FaultConfig | None = None, **pipeline: int) -> TrainConfig:
     return TrainConfig.model_validate({
         "model": "tiny",
         "seed": 7,
@@ -43,7 +43,7 @@ def _config(out_dir: Path, faults: FaultConfig | None = None) -> TrainConfig:
         "engine": {"max_model_len": 512, "kv_cache_gib": 0.25},
         "learner": {"lr": 1e-4},
         "pipeline": {"groups_per_update": 2, "max_lag": 0, "num_updates": NUM_UPDATES,
-                     "checkpoint_every": 2, "stall_timeout_s": 300.0},
+                     "checkpoint_every": 2, "stall_timeout_s": 300.0, **pipeline},
         "faults": faults or FaultConfig(),
     })
 
@@ -147,14 +147,11 @@ def test_resumed_run_with_a_sparse_weight_sync_samples_from_the_last_synced_weig
 ) -> None:
     """Killed after update 5 of a run that syncs every 3: it resumes from the checkpoint at 4,
     and its actors take the weights synced at 3, not 4's, so the lag goes on where it was."""
-    settings = _config(tmp_path).model_dump()
-    settings["pipeline"].update(max_lag=4, weight_sync_every=3, num_updates=6)
-    config = TrainConfig.model_validate(settings)
+    sparse_sync = {"max_lag": 4, "weight_sync_every": 3, "num_updates": 6}
     with pytest.raises(LearnerKilled):
-        train(TrainConfig.model_validate(
-            {**settings, "faults": {"kill_learner_at_update": 5}}))
+        train(_config(tmp_path, FaultConfig(kill_learner_at_update=5), **sparse_sync))
     assert latest_checkpoint(tmp_path).name == "update_000004"
-    resumed = train(config)
+    resumed = train(_config(tmp_path, **sparse_sync))
     assert resumed.resumed_from == 4
     records = {r["step"]: r for r in map(json.loads, (tmp_path / "metrics.jsonl").open())}
     assert records[5]["pipeline/rollout_weights_version"] == 3
