@@ -141,6 +141,8 @@ class ProcessTransport:
         return self._process.pid
 
     def write(self, data: bytes) -> None:
+        if self._stdin_fd < 0:
+            raise KernelGoneError("the sandbox was closed")
         view = memoryview(data)
         while view:
             try:
@@ -150,6 +152,8 @@ class ProcessTransport:
             view = view[written:]
 
     def read(self, deadline: float) -> bytes:
+        if self._stdout_fd < 0:
+            raise KernelGoneError("the sandbox was closed")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError
@@ -173,6 +177,9 @@ class ProcessTransport:
         for stream in (self._process.stdin, self._process.stdout, self._process.stderr):
             with contextlib.suppress(OSError):
                 stream.close()  # type: ignore[union-attr]
+        # The numbers are free for the next file this process opens (another session's pipe):
+        # a late write or read must fail here, not reach that file.
+        self._stdin_fd = self._stdout_fd = self._stderr_fd = -1
         return status
 
     def _drain_stderr(self) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from sandbox import (
     open_async_session,
     open_session,
 )
+from sandbox.transport import KernelGoneError, ProcessTransport
 
 LIMITS = {"timeout_s": 2.0, "memory_mb": 256, "max_processes": 32, "max_file_mb": 1,
           "max_output_chars": 1_000}
@@ -345,3 +347,23 @@ def _owner(entry: Path) -> int:
         return entry.stat().st_uid
     except OSError:
         return -1
+
+
+def test_a_killed_transport_never_touches_the_file_that_reuses_its_descriptors():
+    """After a kill its pipe numbers go to the next file opened; a late call must fail."""
+    transport = ProcessTransport([sys.executable, "-c", "import sys; sys.stdin.read()"])
+    stdin_fd = transport._stdin_fd
+    transport.kill()
+    reader, writer = os.pipe()
+    try:
+        with pytest.raises(KernelGoneError):
+            transport.write(b"late")
+        with pytest.raises(KernelGoneError):
+            transport.read(time.monotonic() + 1)
+        os.set_blocking(reader, False)
+        with pytest.raises(BlockingIOError):
+            os.read(reader, 4)  # nothing reached the pipe that may hold the old number
+        assert stdin_fd >= 0
+    finally:
+        os.close(reader)
+        os.close(writer)
