@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envs.sandbox_pool import acquire_session
+from envs.spaces import Message
 from envs.tasks import load_tasks
 from envs.tool_calls import DEFAULT_MAX_CALL_CHARS
 from envs.tool_env import ToolEnv, approximate_token_count
@@ -117,6 +118,7 @@ class PythonToolEnv(ToolEnv):
     ):
         self.sandbox_config = sandbox_config
         self.end_on_timeout = end_on_timeout
+        self._interpreter_deaths = 0
         self._session: Any = None
         self._pool: Any = None
         dataset = tasks if tasks is not None else load_tasks(split=split, categories=categories)
@@ -146,6 +148,7 @@ class PythonToolEnv(ToolEnv):
             The printed output, the last expression's value and any error traceback.
         """
         result = self._episode_session().run(code)  # SandboxUnavailableError: the env broke
+        self._interpreter_deaths += result.crashed
         if result.timed_out and self.end_on_timeout:
             self.stop_episode("sandbox_timeout")
         return format_exec_result(result)
@@ -155,10 +158,19 @@ class PythonToolEnv(ToolEnv):
             self._session, self._pool = acquire_session(self.sandbox_config, purpose="episodes")
         return self._session
 
+    def step(self, action: str) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        """`ToolEnv.step`, with `info["interpreter_deaths"]`: this episode's calls so far whose
+        interpreter died (not timed out). The model sees a restarted interpreter, so a score
+        alone cannot tell its failures from the sandbox's; an evaluation counts these."""
+        messages, reward, terminated, truncated, info = super().step(action)
+        info["interpreter_deaths"] = self._interpreter_deaths
+        return messages, reward, terminated, truncated, info
+
     def end_episode(self) -> None:
         """Hand the episode's sandbox session back to the pool, wiped for the next episode."""
         session, pool = self._session, self._pool
         self._session = None
+        self._interpreter_deaths = 0
         if session is not None and pool is not None:
             pool.release(session)
         super().end_episode()

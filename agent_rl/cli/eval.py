@@ -12,7 +12,13 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from agent_rl.evaluate.report import EvalReport, compare, load_report, report_table
+from agent_rl.evaluate.report import (
+    EvalReport,
+    compare,
+    interpreter_death_warning,
+    load_report,
+    report_table,
+)
 from agent_rl.evaluate.runner import COMPARE_FILE, DEFAULT_ENV_ID, EvalError, evaluate
 
 
@@ -125,6 +131,8 @@ def eval_command(
         with _episode_progress(console, f"evaluating {model} (k={k})") as on_episodes:
             report = evaluate(model, out_dir=out, on_episodes=on_episodes, **run_options)
         console.print(report_table(report))
+        if report.interpreter_death_rate:
+            console.print(f"[yellow]{interpreter_death_warning(report)}[/yellow]")
         if out is not None:
             console.print(f"report, markdown and transcripts written to {out}")
         return

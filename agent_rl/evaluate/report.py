@@ -60,6 +60,7 @@ class EpisodeResult:
     answered: bool = False  # the episode ended with the model's final answer (terminated)
     success_threshold: float = SUCCESS_THRESHOLD
     error: str | None = None
+    interpreter_deaths: int = 0  # the env's tool interpreter died under the episode
 
     @property
     def success(self) -> bool:
@@ -129,6 +130,9 @@ class EvalReport:
     format_version: int = REPORT_FORMAT_VERSION
     tool_use_rate: float = 0.0
     answer_success_rate: float = 0.0
+    # Share of episodes whose tool interpreter died at least once: the model's code or the
+    # sandbox; a score with many of these is the sandbox's as much as the model's.
+    interpreter_death_rate: float = 0.0
 
     def task_pass_at_1(self) -> dict[str, dict[str, float]]:
         """pass@1 per task, grouped by category: the input of the paired bootstrap."""
@@ -231,6 +235,7 @@ def build_report(
         wall_s=wall_s,
         tool_use_rate=mean([float(e.used_tool) for e in episodes]),
         answer_success_rate=mean([float(e.answered and e.success) for e in episodes]),
+        interpreter_death_rate=mean([float(e.interpreter_deaths > 0) for e in episodes]),
     )
 
 
@@ -353,7 +358,15 @@ def report_markdown(report: EvalReport) -> str:
         f"**Macro pass@1: {_percent(report.macro_pass_at_1)}** (mean of the categories' pass@1; "
         f"micro, the mean over episodes: {_percent(report.micro_pass_at_1)}).\n\n"
     )
-    return header + _markdown_table(_report_headers(report), _report_rows(report)) + "\n"
+    return (header + _markdown_table(_report_headers(report), _report_rows(report)) + "\n"
+            + (f"\n{interpreter_death_warning(report)}\n" if report.interpreter_death_rate else ""))
+
+
+def interpreter_death_warning(report: EvalReport) -> str:
+    """Why a score may be the sandbox's: a died interpreter fails the episode either way."""
+    return (f"Warning: the tool interpreter died in {_percent(report.interpreter_death_rate)} "
+            "of episodes (the model's code or the sandbox; see the transcripts): those episodes "
+            "count as failures.")
 
 
 def write_report(

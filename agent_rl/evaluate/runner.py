@@ -162,6 +162,7 @@ def episode_result(
         answered=trajectory.end_reason == END_TERMINATED,
         success_threshold=success_threshold,
         error=trajectory.info.get("error") if trajectory.end_reason == END_ENV_ERROR else None,
+        interpreter_deaths=int(trajectory.info.get("interpreter_deaths", 0)),
     )
 
 

@@ -125,6 +125,16 @@ def test_right_answer_via_the_python_tool_gets_reward_1(python_env):
     assert record.step_infos[-1]["verdict"]["correct"] is True
 
 
+def test_an_interpreter_that_dies_is_counted_in_the_episodes_info(python_env):
+    """The model sees a restart either way; the count lets an evaluation tell the two apart."""
+    policy = ScriptedPolicy([python("import os\nos._exit(0)"), python("print(1)"), answer("42")])
+    record = run_episode(python_env, policy, task=ADD_TASK)
+    assert [info["interpreter_deaths"] for info in record.step_infos] == [1, 1, 1]
+    record = run_episode(python_env, ScriptedPolicy([python("print(1)"), answer("42")]),
+                         task=ADD_TASK)
+    assert record.step_infos[-1]["interpreter_deaths"] == 0
+
+
 def test_wrong_answer_gets_reward_0_and_ends_the_episode(python_env):
     record = run_episode(python_env, ScriptedPolicy([answer("41")]), task=ADD_TASK)
     assert (record.reward, record.terminated, record.turns) == (0.0, True, 1)

@@ -182,3 +182,16 @@ def test_report_metrics_are_namespaced_scalars_for_the_run_log():
     assert metrics["eval/macro_pass_at_2"] == pytest.approx(0.75)
     assert metrics["eval/pass_at_1/logic"] == pytest.approx(0.25)
     assert all(isinstance(value, float) for value in metrics.values())
+
+
+def test_a_report_says_how_many_episodes_lost_their_interpreter(tmp_path: Path):
+    episodes = _unbalanced_episodes()
+    assert _report(episodes).interpreter_death_rate == 0.0
+    assert "interpreter died" not in report_markdown(_report(episodes))
+    episodes[0].interpreter_deaths = 2
+    episodes[1].interpreter_deaths = 1
+    report = _report(episodes)
+    assert report.interpreter_death_rate == 2 / len(episodes)
+    write_report(report, episodes, tmp_path)
+    assert load_report(tmp_path).interpreter_death_rate == report.interpreter_death_rate
+    assert "the tool interpreter died in 12.5% of episodes" in report_markdown(report)
