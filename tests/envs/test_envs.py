@@ -66,7 +66,9 @@ def test_registry_holds_the_contract_ids():
     assert set(envs.registration.ENV_IDS) == set(ENV_IDS)
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", [
+    pytest.param(env_id, marks=pytest.mark.slow) if "Desktop" in env_id else env_id
+    for env_id in ENV_IDS])  # a real desktop per check: slow
 def test_gymnasium_check_env_passes_without_warnings(env_id):
     env = make(env_id)
     try:

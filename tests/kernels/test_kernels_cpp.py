@@ -211,6 +211,7 @@ def _fixed_outputs() -> dict[str, torch.Tensor]:
     return out
 
 
+@pytest.mark.slow  # compiles the op library once per ISA level: minutes, not for make test-fast
 @pytest.mark.parametrize("level", isa.LEVELS)
 def test_every_isa_level_gives_the_same_bits(level: str, tmp_path: Path) -> None:
     """The kernels built for one level alone (in a subprocess: a build is a process-wide torch

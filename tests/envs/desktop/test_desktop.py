@@ -244,6 +244,7 @@ def test_turn_budget_truncates_with_zero_reward(tasks: dict) -> None:
         env.close()
 
 
+@pytest.mark.slow  # starts and resets a real desktop many times
 @needs_desktop
 def test_gymnasium_check_env_passes() -> None:
     env = gymnasium.make("agent_rl/Desktop-v0", split="heldout")
