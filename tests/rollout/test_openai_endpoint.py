@@ -284,6 +284,12 @@ def test_a_finished_episode_answers_not_found(served: Served) -> None:
         served.loop.run_until_complete(asyncio.to_thread(ask))
 
 
+def _wait_for_a_cancel(actor: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not actor.cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_a_client_that_gives_up_cancels_its_turn_and_may_send_it_again(served: Served) -> None:
     messages = [{"role": "user", "content": "hi"}]
 
@@ -292,9 +298,7 @@ def test_a_client_that_gives_up_cancels_its_turn_and_may_send_it_again(served: S
         impatient = client.with_options(timeout=0.5)
         with pytest.raises(openai.APITimeoutError):
             impatient.chat.completions.create(model="tiny", messages=messages)
-        deadline = time.monotonic() + 5
-        while not served.actor.cancelled and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_a_cancel(served.actor)
         served.actor.delay = 0.0
         client.chat.completions.create(model="tiny", messages=messages)
         return 0.0
@@ -325,9 +329,7 @@ def test_a_client_that_leaves_mid_stream_cancels_its_turn(served: Served) -> Non
         stream = client.chat.completions.create(model="tiny", messages=messages, stream=True)
         next(iter(stream))
         stream.close()
-        deadline = time.monotonic() + 5
-        while not served.actor.cancelled and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait_for_a_cancel(served.actor)
         served.actor.token_delay = 0.001
         client.chat.completions.create(model="tiny", messages=messages)
         return 0.0
