@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tiny_run import tiny_run_config
 
 from agent_rl.fault_config import FaultConfig
 from agent_rl.learn.checkpoint import latest_checkpoint
@@ -22,19 +23,8 @@ KILLED_AFTER = 3  # the checkpoint at 2 is where the resumed run starts
 
 
 def _config(out_dir: Path, world_size: int, faults: FaultConfig | None = None) -> TrainConfig:
-    return TrainConfig.model_validate({
-        "model": "tiny",
-        "seed": 7,
-        "out_dir": out_dir,
-        "env": {"id": "agent_rl/Parity-v0",
-                "kwargs": {"categories": ["arithmetic"], "max_turns": 2}},
-        "rollout": {"group_size": 2, "max_tokens_per_turn": 16},
-        "engine": {"max_model_len": 512, "kv_cache_gib": 0.25},
-        "learner": {"lr": 1e-4, "world_size": world_size, "threads": 1},
-        "pipeline": {"groups_per_update": 2, "max_lag": 0, "num_updates": NUM_UPDATES,
-                     "checkpoint_every": 2, "stall_timeout_s": 300.0},
-        "faults": faults or FaultConfig(),
-    })
+    return tiny_run_config(out_dir, faults, learner={"world_size": world_size, "threads": 1},
+                           num_updates=NUM_UPDATES)
 
 
 @pytest.mark.slow

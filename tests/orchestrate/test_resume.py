@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_run import tiny_run_config
 
 from agent_rl.fault_config import FaultConfig
 from agent_rl.learn.checkpoint import latest_checkpoint
@@ -32,20 +33,7 @@ KILLED_AFTER = 3  # between the checkpoint at 2 and the end: update 3 is trained
 
 
 def _config(out_dir: Path, faults: FaultConfig | None = None, **pipeline: int) -> TrainConfig:
-    return TrainConfig.model_validate({
-        "model": "tiny",
-        "seed": 7,
-        "out_dir": out_dir,
-        # Rewards a random model earns half the time: groups vary, so the learner really steps.
-        "env": {"id": "agent_rl/Parity-v0",
-                "kwargs": {"categories": ["arithmetic"], "max_turns": 2}},
-        "rollout": {"group_size": 2, "max_tokens_per_turn": 16},
-        "engine": {"max_model_len": 512, "kv_cache_gib": 0.25},
-        "learner": {"lr": 1e-4},
-        "pipeline": {"groups_per_update": 2, "max_lag": 0, "num_updates": NUM_UPDATES,
-                     "checkpoint_every": 2, "stall_timeout_s": 300.0, **pipeline},
-        "faults": faults or FaultConfig(),
-    })
+    return tiny_run_config(out_dir, faults, **{"num_updates": NUM_UPDATES, **pipeline})
 
 
 @pytest.fixture(scope="module")
