@@ -211,6 +211,22 @@ def bench_pipeline_plot(
         console.print(f"profiles written to {json_out}")
 
 
+@app.command("agent-endpoint")
+def bench_agent_endpoint(
+    model: Annotated[str, typer.Option(help="'default', 'tiny', a checkpoint dir or a run dir.")] = "default",
+    episodes: Annotated[int, typer.Option(min=1, max=40, help="Episodes in flight.")] = 32,
+    runs: Annotated[int, typer.Option(min=1, help="Timed rounds per mode.")] = 3,
+    dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+    out: OutOption = None,
+) -> None:
+    """Episodes/s through the OpenAI-compatible endpoint (an `openai` agent) against the env's
+    step loop, on one engine, side by side; median ratio."""
+    from agent_rl.benchmarks import agent_endpoint_bench
+
+    _save(agent_endpoint_bench.run(console, model, episodes=episodes, runs=runs, dtype=dtype),
+          out, "agent_endpoint")
+
+
 @app.command("rollout")
 def bench_rollout(
     model: Annotated[str, typer.Option(help="'default', 'tiny', or a checkpoint dir.")] = "default",

@@ -231,7 +231,7 @@ async def _evaluate_async(
         _load_agent(agent)
     started = time.perf_counter()
     resolved = resolve_eval_model(model)
-    actor = await _start_actor(
+    actor = await start_eval_actor(
         resolved, env_id, env_kwargs, temperature, max_tokens_per_turn, context_budget,
         max_model_len, kv_cache_gib, seed, dtype,
         # an agent holds a thread for its whole episode: one per episode in flight
@@ -342,7 +342,7 @@ def evaluate(
     )
 
 
-async def _start_actor(
+async def start_eval_actor(
     resolved: ResolvedModel,
     env_id: str,
     env_kwargs: dict[str, Any],
@@ -355,6 +355,8 @@ async def _start_actor(
     dtype: str | None = None,
     rollout_options: dict[str, Any] | None = None,
 ) -> Any:
+    """A started rollout actor on `resolved` under the matched kernels where the model is a Llama,
+    as evaluations (and the endpoint benchmark) play it."""
     from agent_rl.rollout.actor import RolloutActor
     from agent_rl.rollout.config import RolloutConfig
     from agent_rl.rollout.engine import EngineConfig
