@@ -200,11 +200,14 @@ class RolloutActor:
         min_tokens: int = 0,
         temperature: float | None = None,
         on_tokens: Callable[[list[int]], None] | None = None,
+        top_logprobs: int = 0,
     ) -> SampledTurn:
         """Sample one continuation of `prompt_ids` with the rollout's sampling settings.
 
         `on_tokens` is called with the ids sampled so far each time the engine reports some
-        (for streaming); the turn returned is the same either way.
+        (for streaming); the turn returned is the same either way. `top_logprobs`: also the
+        most likely alternatives at each position, as many (the engine's processed logprobs,
+        the distribution the token was drawn from).
         """
         await self.start()
         from vllm import SamplingParams
@@ -218,7 +221,7 @@ class RolloutActor:
             top_p=self.config.top_p,
             top_k=self.config.top_k,
             seed=seed,
-            logprobs=0,
+            logprobs=top_logprobs,
             output_kind=(RequestOutputKind.FINAL_ONLY if on_tokens is None
                          else RequestOutputKind.CUMULATIVE),
         )
@@ -242,8 +245,15 @@ class RolloutActor:
         if isinstance(completion.stop_reason, str):
             stop_token = None
         fresh = submitted is not None and (not versions or versions[0] == submitted)
+        top = None
+        if top_logprobs:
+            top = [sorted(((token, entry.logprob) for token, entry in position.items()
+                           if entry.rank is not None and entry.rank <= top_logprobs),
+                          key=lambda pair: -pair[1])[:top_logprobs]
+                   for position in completion.logprobs]
         return SampledTurn(
-            token_ids, logprobs, versions, completion.finish_reason or "length", stop_token, fresh
+            token_ids, logprobs, versions, completion.finish_reason or "length", stop_token, fresh,
+            top,
         )
 
     async def prompt_logprobs(
@@ -298,16 +308,17 @@ class RolloutActor:
         return record.to_trajectory(group_id, self.sampling_record(seed))
 
     async def sample_turn(self, token_ids: list[int], room: int, seed: int | None,
-                          on_tokens: Callable[[list[int]], None] | None = None) -> SampledTurn:
+                          on_tokens: Callable[[list[int]], None] | None = None,
+                          top_logprobs: int = 0) -> SampledTurn:
         """One assistant turn after `token_ids` with the rollout's per-turn limits, at most
-        `room` tokens; the time it takes counts as sampling in `time_use`. `on_tokens`: see
-        `sample`."""
+        `room` tokens; the time it takes counts as sampling in `time_use`. `on_tokens` and
+        `top_logprobs`: see `sample`."""
         self._time.change(sampling=1)
         try:
             return await self.sample(token_ids, seed=seed,
                                      max_tokens=min(self.config.max_tokens_per_turn, room),
                                      min_tokens=self.config.min_tokens_per_turn,
-                                     on_tokens=on_tokens)
+                                     on_tokens=on_tokens, top_logprobs=top_logprobs)
         finally:
             self._time.change(sampling=-1)
 

@@ -46,6 +46,9 @@ class SampledTurn:
     # (a weight load landed between submission and sampling): the learner then leaves the turn
     # out of its kernel-mismatch metric, since its context's KV is not its tokens' version's.
     fresh_context: bool = True
+    # per token, the most likely (token id, logprob) pairs, most likely first: only when a
+    # client asked for them (the OpenAI endpoint's `top_logprobs`); the learner never reads them
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 # (episode ids so far, tokens of room left, turn seed) -> the sampled turn

@@ -40,6 +40,7 @@ T = TypeVar("T")
 
 
 DISCONNECT_POLL_S = 0.25  # how often a waiting request checks that its client is still there
+MAX_TOP_LOGPROBS = 20  # the engine's own bound (vLLM's max_logprobs), and OpenAI's
 
 
 class UnknownEpisodeError(KeyError):
@@ -165,6 +166,12 @@ class OpenAIEndpoint:
             if limit is not None and not (isinstance(limit, int) and limit > 0):
                 return _error(400, f"max_tokens must be a positive integer, got {limit!r}",
                               "max_tokens")
+            top = body.get("top_logprobs") or 0
+            if not (isinstance(top, int) and 0 <= top <= MAX_TOP_LOGPROBS):
+                return _error(400, f"top_logprobs must be an integer from 0 to "
+                                   f"{MAX_TOP_LOGPROBS}, got {top!r}", "top_logprobs")
+            if top and not body.get("logprobs"):
+                return _error(400, "top_logprobs needs logprobs: true", "top_logprobs")
             feed = _TokenFeed() if body.get("stream") else None
             work = asyncio.ensure_future(self._complete(served, body, feed))
             served.in_flight.add(work)
@@ -208,9 +215,10 @@ class OpenAIEndpoint:
             requested = body.get("max_completion_tokens") or body.get("max_tokens")
             if requested:
                 room = min(room, int(requested))
+            top = {"top_logprobs": body["top_logprobs"]} if body.get("top_logprobs") else {}
             try:
                 turn = await self.actor.sample_turn(
-                    prompt, room, turn_seed(served.seed, chat.num_turns), on_tokens=feed)
+                    prompt, room, turn_seed(served.seed, chat.num_turns), on_tokens=feed, **top)
             except BaseException:
                 chat.rollback(before)
                 raise
@@ -265,14 +273,15 @@ class OpenAIEndpoint:
 
     def _token_logprobs(self, turn: SampledTurn) -> list[dict[str, Any]]:
         """Every sampled token with its behavior logprob, the closing stop token included (it
-        is trained on too); only the sampled token, so `top_logprobs` is empty."""
-        tokenizer = self.actor.tokenizer
-        entries = []
-        for token_id, logprob in zip(turn.token_ids, turn.logprobs, strict=True):
-            text = tokenizer.decode([token_id])
-            entries.append({"token": text, "logprob": logprob,
-                            "bytes": list(text.encode("utf-8")), "top_logprobs": []})
-        return entries
+        is trained on too), and the alternatives the request asked for."""
+        tops = turn.top_logprobs or [[] for _ in turn.token_ids]
+        return [{**self._token_entry(token_id, logprob),
+                 "top_logprobs": [self._token_entry(*pair) for pair in top]}
+                for token_id, logprob, top in zip(turn.token_ids, turn.logprobs, tops, strict=True)]
+
+    def _token_entry(self, token_id: int, logprob: float) -> dict[str, Any]:
+        text = self.actor.tokenizer.decode([token_id])
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
 
 
 class _EmbeddedServer(uvicorn.Server):

@@ -194,6 +194,31 @@ def test_64_concurrent_agent_episodes_on_one_actor_complete(served: Served) -> N
         ("terminated", 2, 1.0)}
 
 
+def test_top_logprobs_rank_the_alternatives_and_leave_the_record_alone(served: Served) -> None:
+    def ask(top: int) -> Any:
+        key = served.endpoint.open_episode(seed=13)
+        client = openai.OpenAI(base_url=served.endpoint.base_url(key), api_key="none",
+                               max_retries=0)
+        reply = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Count to three."}],
+            logprobs=True, **({"top_logprobs": top} if top else {}))
+        return reply, served.endpoint.finish_episode(key, 0.0, group_id="g")
+
+    (plain, plain_record), (ranked, ranked_record) = served.run(asyncio.to_thread(ask, 0)), \
+        served.run(asyncio.to_thread(ask, 5))
+    assert ranked_record.token_ids == plain_record.token_ids
+    assert ranked_record.behavior_logprobs == plain_record.behavior_logprobs
+    entries = ranked.choices[0].logprobs.content
+    assert all(not entry.top_logprobs for entry in plain.choices[0].logprobs.content)
+    for entry in entries:
+        alternatives = [alt.logprob for alt in entry.top_logprobs]
+        assert len(alternatives) == 5 and alternatives == sorted(alternatives, reverse=True)
+        # greedy or sampled, the token drawn is never likelier than the most likely one
+        assert entry.logprob <= alternatives[0] + 1e-6
+    with pytest.raises(openai.BadRequestError, match="top_logprobs"):
+        served.run(asyncio.to_thread(ask, 21))
+
+
 def test_turns_sampled_after_a_weight_update_carry_its_version(
         served: Served, tiny_model: Path) -> None:
     """Runs last: it moves the module's actor to version 1."""
