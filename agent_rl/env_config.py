@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -44,6 +44,11 @@ class EnvConfig(StrictModel):
     agent_time_limit_s: float = Field(
         600.0, gt=0, description="most seconds one agent episode may run; past it the episode "
         "ends as an env error",
+    )
+    agent_history: Literal["refuse", "new_segment"] = Field(
+        "refuse", description="when your agent sends a history that differs from the one its "
+        "episode holds (an edited, dropped or summarized message): refuse the request (400), or "
+        "start a new segment of the episode, trained as its own sequence (docs/own-agent.md)",
     )
 
     @field_validator("step_latency")

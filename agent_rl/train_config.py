@@ -127,7 +127,8 @@ class PipelineConfig(StrictModel):
 RUN_OWNED: dict[str, dict[str, str]] = {
     "rollout": {"env_id": "env.id", "env_kwargs": "env.kwargs", "seed": "seed",
                 "env_threads": "pipeline.groups_in_flight_per_actor", "agent": "env.agent",
-                "agent_time_limit_s": "env.agent_time_limit_s"},
+                "agent_time_limit_s": "env.agent_time_limit_s",
+                "agent_history": "env.agent_history"},
     "engine": {"model": "model or init_from", "dtype": "dtype", "seed": "seed",
                "lm_head_fp32": "dtype"},
 }

@@ -19,6 +19,17 @@ END_ENV_ERROR = "env_error"  # the env or a tool raised: the episode has no verd
 LAG0_EXCLUDED_TURNS = "lag0_excluded_turns"
 # `info` key: the episode's tool calls (`tool_calls`)
 TOOL_CALLS = "tool_calls_total"
+# `info` key of a trajectory that is one segment of an episode of several (an agent rewrote its
+# history, `rollout.agent_history: new_segment`): {"index": j, "count": n}, the segments in order
+# in their group. Every segment carries the episode's reward; the last one its end and totals.
+SEGMENT = "segment"
+
+
+def ends_episode(trajectory: Trajectory) -> bool:
+    """True for a whole episode and for the last segment of one: the trajectory that carries
+    how the episode ended and its totals (turns, tool calls)."""
+    segment = trajectory.info.get(SEGMENT)
+    return not segment or segment["index"] == segment["count"] - 1
 
 
 def tool_calls(trajectory: Trajectory) -> int:
@@ -89,7 +100,23 @@ class Group:
 
     @property
     def rewards(self) -> list[float]:
-        return [t.reward for t in self.trajectories]
+        """One reward per episode (a segmented episode's once), in episode order."""
+        return [t.reward for t in self.episode_ends]
+
+    @property
+    def episode_ends(self) -> list[Trajectory]:
+        """The trajectories that end an episode: all of them unless an agent's episode was
+        recorded in segments (`SEGMENT`)."""
+        return [t for t in self.trajectories if ends_episode(t)]
+
+    def episode_of_each(self) -> list[int]:
+        """The episode (an index into `rewards`) of each trajectory."""
+        episodes, episode = [], -1
+        for trajectory in self.trajectories:
+            segment = trajectory.info.get(SEGMENT)
+            episode += not segment or segment["index"] == 0
+            episodes.append(episode)
+        return episodes
 
     @property
     def oldest_version(self) -> int:

@@ -54,4 +54,5 @@ def eval_options(config: TrainConfig) -> dict[str, Any]:
         "seed": 0,
         "agent": config.env.agent,
         "agent_time_limit_s": config.env.agent_time_limit_s,
+        "agent_history": config.env.agent_history,
     }

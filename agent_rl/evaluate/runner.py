@@ -207,6 +207,7 @@ async def _evaluate_async(
     on_episodes: Callable[[int, int], None] | None = None,
     agent: str | None = None,
     agent_time_limit_s: float = 600.0,
+    agent_history: str = "refuse",
 ) -> EvalReport:
     """`evaluate`'s body, in an event loop: the actor's episodes are coroutines.
 
@@ -235,7 +236,7 @@ async def _evaluate_async(
         resolved, env_id, env_kwargs, temperature, max_tokens_per_turn, context_budget,
         max_model_len, kv_cache_gib, seed, dtype,
         # an agent holds a thread for its whole episode: one per episode in flight
-        {"agent": agent, "agent_time_limit_s": agent_time_limit_s,
+        {"agent": agent, "agent_time_limit_s": agent_time_limit_s, "agent_history": agent_history,
          "env_threads": max(32, max_concurrent_episodes)},
     )
     try:
@@ -294,7 +295,7 @@ def _report(
     episodes = [
         episode_result(trajectory, index, tokenizer, success_threshold)
         for group in groups
-        for index, trajectory in enumerate(group.trajectories)
+        for index, trajectory in enumerate(group.episode_ends)
     ]
     failed = [episode for episode in episodes if episode.error is not None]
     if failed:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,15 +166,18 @@ class Learner:
         zero_variance = 0
         trained_responses = 0
         for group_index, group in enumerate(groups):
-            rewards = group.rewards
+            rewards = group.rewards  # one per episode
             flat = not has_reward_variance(rewards)
             zero_variance += flat
-            num_responses += len(group.trajectories)
-            for trajectory, advantage in zip(
-                group.trajectories, group_advantages(rewards), strict=True
-            ):
-                sample = Sample.from_trajectory(trajectory, advantage)
+            num_responses += len(rewards)
+            advantages = group_advantages(rewards)
+            episodes = group.episode_of_each()
+            segments = Counter(episodes)
+            for trajectory, episode in zip(group.trajectories, episodes, strict=True):
+                sample = Sample.from_trajectory(trajectory, advantages[episode])
                 sample.group = group_index
+                # the segments of an episode share its advantage and, together, its one vote
+                sample.weight = 1.0 / segments[episode]
                 b_lags.append(trained_at - sample.policy_versions)
                 if not sample.model_positions.numel():
                     continue
@@ -203,7 +207,7 @@ class Learner:
                 if sample.needs_grad:
                     behavior = sample.behavior_logprobs.to(logprobs.device, logprobs.dtype)
                     loss = response_loss(logprobs, behavior, sample.advantage, loss_config)
-                    mb_loss = mb_loss + loss
+                    mb_loss = mb_loss + loss * sample.weight
                 with torch.no_grad():
                     learner_logprobs = logprobs.double().cpu()
                     b_weights.append(torch.exp(learner_logprobs - sample.behavior_logprobs))

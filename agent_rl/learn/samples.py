@@ -26,6 +26,7 @@ class Sample:
     # prefilled with older weights: not lag 0 (`lag0_tokens`)
     lag0_excluded_turn_starts: tuple[int, ...] = ()
     group: int = -1  # index of its group in the update: responses to one prompt share a prefix
+    weight: float = 1.0  # its share of a response's vote: 1/n for each of an episode's n segments
 
     @classmethod
     def from_trajectory(cls, trajectory: Trajectory, advantage: float) -> Sample:

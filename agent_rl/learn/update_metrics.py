@@ -58,8 +58,9 @@ def lag_metrics(lags: torch.Tensor) -> dict[str, Any]:
 
 
 def group_metrics(groups: list[Group]) -> dict[str, float]:
-    """Reward and length charts over every response of `groups`."""
-    trajectories = [t for group in groups for t in group.trajectories]
+    """Reward and length charts over every episode of `groups` (of a segmented episode, its
+    last segment: it carries the episode's end and totals)."""
+    trajectories = [t for group in groups for t in group.episode_ends]
     rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)
     end_reasons = Counter(t.end_reason for t in trajectories)
     return {

@@ -85,6 +85,7 @@ def start_rollout_actors(config: TrainConfig, model_dir: Path) -> list[Any]:
         "env_id": config.env.id, "env_kwargs": env_kwargs, "seed": config.seed,
         "env_threads": max(4, config.rollout.group_size * pipeline.groups_in_flight_per_actor),
         "agent": config.env.agent, "agent_time_limit_s": config.env.agent_time_limit_s,
+        "agent_history": config.env.agent_history,
     })
     num_cpus = min(1.0, pipeline.ray_num_cpus / pipeline.num_rollout_actors)
     return [

@@ -18,7 +18,7 @@ def held_out_reward(pool: Any, config: TrainConfig) -> dict[str, float]:
     """
     env = config.env
     rows = load_task_rows(config, env.eval_split)[: env.eval_tasks]
-    episodes = [t for group in pool.run_episodes(rows) for t in group.trajectories]
+    episodes = [t for group in pool.run_episodes(rows) for t in group.episode_ends]
     rewards = [t.reward for t in episodes if t.end_reason != END_ENV_ERROR]
     return {
         "eval/reward_mean": sum(rewards) / len(rewards) if rewards else float("nan"),

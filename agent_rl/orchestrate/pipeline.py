@@ -280,7 +280,7 @@ class Pipeline:
         """Tell the scheduler what the actors did."""
         for event in events:
             if isinstance(event, GroupDone):
-                for trajectory in event.group.trajectories:
+                for trajectory in event.group.episode_ends:
                     self.hooks.episode_finished(trajectory.info)
                 if self.scheduler.finished(event.ticket, event.group) == END_ENV_ERROR:
                     self._env_error(event.group)

@@ -85,7 +85,8 @@ class AgentEpisodes:
         group_id = group_id or f"{self.actor.name}-agent-g{stream}-{uuid.uuid4().hex[:6]}"
         episodes = [self._play(task, group_id, self.actor.episode_seed(stream, index))
                     for index in range(group_size)]
-        trajectories = list(await asyncio.gather(*episodes))
+        trajectories = [trajectory for segments in await asyncio.gather(*episodes)
+                        for trajectory in segments]
         return Group(group_id=group_id, task_id=str(task.get("task_id", "")),
                      trajectories=trajectories)
 
@@ -93,7 +94,8 @@ class AgentEpisodes:
         """Stop taking episodes; agents still running are left to finish on their threads."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _play(self, task: dict[str, Any], group_id: str, seed: int | None) -> Trajectory:
+    async def _play(self, task: dict[str, Any], group_id: str,
+                    seed: int | None) -> list[Trajectory]:
         key = self.endpoint.open_episode(str(task.get("task_id", "")),
                                          str(task.get("category", "")), seed=seed)
         base_url = self.endpoint.base_url(key)
@@ -111,7 +113,7 @@ class AgentEpisodes:
                                             {"verdict": verdict.to_dict()})
 
     def _failed(self, key: str, group_id: str, error: Exception,
-                task: dict[str, Any]) -> Trajectory:
+                task: dict[str, Any]) -> list[Trajectory]:
         if isinstance(error, TimeoutError):
             error = AgentEpisodeError(f"the agent ran past its time limit of "
                                       f"{self.time_limit_s:g} s")

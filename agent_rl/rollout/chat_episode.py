@@ -6,7 +6,10 @@ and adds new messages costs only the ids of the new messages, rendered as the en
 environment's reply (`EpisodeTokens.add_env`); the sampled ids of earlier turns are never
 re-tokenized. A request whose history differs from what the episode holds (an edited, dropped or
 reordered message) is refused with `HistoryMismatchError` naming the first differing message:
-re-rendering it would silently give the learner ids the model never sampled.
+re-rendering it would silently give the learner ids the model never sampled. With `new_segments`
+such a request instead closes the episode's current segment and opens a new one on the request's
+messages, rendered afresh as its prompt: nothing sampled is re-tokenized, since each segment is
+its own sequence and the learner trains only the turns sampled in it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from agent_rl.rollout.openai_messages import (
     opening_messages,
     turn_key,
 )
-from agent_rl.trajectory import END_CONTEXT_BUDGET, END_TERMINATED, Trajectory
+from agent_rl.trajectory import END_CONTEXT_BUDGET, END_TERMINATED, SEGMENT, Trajectory
 from envs.tools import ANSWER_TOOL_NAME
 
 
@@ -49,6 +52,8 @@ class EpisodeMark:
     ids_length: int
     seen: list[TurnKey]
     tools: list[dict[str, Any]] | None
+    record: EpisodeRecord
+    segments: int
 
 
 class ChatEpisode:
@@ -60,14 +65,21 @@ class ChatEpisode:
         context_budget: most tokens in the episode, as in the env loop.
         pass_tools_to_template: also give the tool schemas to the template as `tools=`, as the
             env loop does with `RolloutConfig.pass_tools_to_template`.
+        new_segments: a history that differs from the episode's starts a new segment instead of
+            being refused (`RolloutConfig.agent_history: new_segment`).
     """
 
     def __init__(self, tokenizer: Any, task_id: str = "", category: str = "", *,
-                 context_budget: int, pass_tools_to_template: bool = True) -> None:
+                 context_budget: int, pass_tools_to_template: bool = True,
+                 new_segments: bool = False) -> None:
         self.tokenizer = tokenizer
         self.context_budget = context_budget
         self.pass_tools_to_template = pass_tools_to_template
+        self.new_segments = new_segments
         self.record = EpisodeRecord(task_id=task_id, category=category)
+        # earlier segments' records, and why each one was closed
+        self.segments: list[EpisodeRecord] = []
+        self.segment_reasons: list[str] = []
         self.ended = False
         self._tokens: EpisodeTokens | None = None
         self._tools: list[dict[str, Any]] | None = None
@@ -76,7 +88,8 @@ class ChatEpisode:
 
     @property
     def num_turns(self) -> int:
-        return self.record.num_turns
+        """Turns sampled in the whole episode, every segment's."""
+        return self.record.num_turns + sum(record.num_turns for record in self.segments)
 
     def prompt_ids(self, messages: Sequence[Message],
                    tools: Sequence[Mapping[str, Any]] | None) -> list[int]:
@@ -102,7 +115,7 @@ class ChatEpisode:
         """The episode's state now, to return to if the coming request is abandoned."""
         history = len(self._tokens.history) if self._tokens is not None else 0
         return EpisodeMark(self._tokens, history, len(self.record.token_ids), self._seen,
-                           self._tools)
+                           self._tools, self.record, len(self.segments))
 
     def rollback(self, mark: EpisodeMark) -> None:
         """Forget what `prompt_ids` took in since `mark`: its turn was never sampled (the client
@@ -110,6 +123,8 @@ class ChatEpisode:
         episode stays as it was: its trajectory is out."""
         if self.ended:
             return
+        self.record = mark.record
+        del self.segments[mark.segments:], self.segment_reasons[mark.segments:]
         self._tokens = mark.tokens
         if mark.tokens is not None:
             del mark.tokens.history[mark.history_length:]
@@ -149,22 +164,32 @@ class ChatEpisode:
 
     def finish(self, reward: float, group_id: str, sampling: dict[str, Any],
                info: Mapping[str, Any] | None = None,
-               end_reason: str | None = None) -> Trajectory:
-        """End the episode with the agent's reward. It ends as `end_reason` if given, else as
-        terminated unless it already ran out of context."""
+               end_reason: str | None = None) -> list[Trajectory]:
+        """End the episode with the agent's reward: its trajectory, or one per segment, each
+        with the reward, the last with the episode's end, turns and tool calls. It ends as
+        `end_reason` if given, else as terminated unless it already ran out of context."""
         if end_reason is not None:
             self._end(end_reason)
         elif not self.ended:
             self._end(END_TERMINATED)
-        self.record.reward = float(reward)
+        records = [*self.segments, self.record]
+        self.record.num_turns = self.num_turns
         self.record.info.update(info or {})
-        return self.record.to_trajectory(group_id, sampling)
+        for index, (record, reason) in enumerate(zip(records, [*self.segment_reasons, None],
+                                                     strict=True)):
+            record.reward = float(reward)
+            if len(records) > 1:
+                record.info[SEGMENT] = {"index": index, "count": len(records),
+                                        **({"closed_by": reason} if reason else {})}
+        for record in self.segments:
+            record.end_reason = self.record.end_reason
+        return [record.to_trajectory(group_id, sampling) for record in records]
 
     def _open(self, messages: Sequence[Message], keys: list[TurnKey],
               tools: list[dict[str, Any]] | None) -> None:
         if not messages:
             raise MessageFormatError(0, "the first request of an episode needs messages")
-        opening = opening_messages(messages, tools)
+        opening = opening_messages(messages, tools, self._call_names)
         chat = ChatTokens(self.tokenizer, tools=tools if self.pass_tools_to_template else None)
         self._tokens = EpisodeTokens(chat, opening)
         self._tools = tools
@@ -173,7 +198,38 @@ class ChatEpisode:
 
     def _continue(self, messages: Sequence[Message], keys: list[TurnKey],
                   tools: list[dict[str, Any]] | None) -> None:
+        try:
+            self._check_history(keys, tools)
+        except HistoryMismatchError as error:
+            if not self.new_segments:
+                raise
+            self._start_segment(messages, keys, tools, error)
+            return
         assert self._tokens is not None
+        new = [env_loop_message(message, index, self._call_names)
+               for index, message in enumerate(messages) if index >= len(self._seen)]
+        ids = self._tokens.add_env(new)
+        self._seen = keys
+        if len(self.record.token_ids) + len(ids) >= self.context_budget:
+            self._end(END_CONTEXT_BUDGET)
+            raise EpisodeEndedError(f"the new messages take {len(ids)} tokens and the episode "
+                                    f"has {self.room()} left of its {self.context_budget}; the "
+                                    "episode ends here")
+        self._feed(ids)
+
+    def _start_segment(self, messages: Sequence[Message], keys: list[TurnKey],
+                       tools: list[dict[str, Any]] | None, reason: HistoryMismatchError) -> None:
+        """Close the current segment and open the next on `messages`, its prompt rendered
+        from them as a first request's is."""
+        closed = self.record
+        self.segments.append(closed)
+        self.segment_reasons.append(str(reason))
+        self.record = EpisodeRecord(task_id=closed.task_id, category=closed.category)
+        self.record.tool_calls = closed.tool_calls  # the episode's running total
+        self._tokens = None
+        self._open(messages, keys, tools)
+
+    def _check_history(self, keys: list[TurnKey], tools: list[dict[str, Any]] | None) -> None:
         if tools != self._tools:
             raise HistoryMismatchError(0, "the tools differ from the first request's; an "
                                           "episode's tool schemas are in its system prompt and "
@@ -186,16 +242,6 @@ class ChatEpisode:
                                                   f"episode's history {len(self._seen)}; send "
                                                   "the whole history plus at least one new "
                                                   "message")
-        new = [env_loop_message(message, index, self._call_names)
-               for index, message in enumerate(messages) if index >= len(self._seen)]
-        ids = self._tokens.add_env(new)
-        self._seen = keys
-        if len(self.record.token_ids) + len(ids) >= self.context_budget:
-            self._end(END_CONTEXT_BUDGET)
-            raise EpisodeEndedError(f"the new messages take {len(ids)} tokens and the episode "
-                                    f"has {self.room()} left of its {self.context_budget}; the "
-                                    "episode ends here")
-        self._feed(ids)
 
     def _feed(self, ids: list[int]) -> None:
         self.record.feed(ids)

@@ -3,7 +3,7 @@ a config does not import torch or vLLM."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -34,6 +34,10 @@ class RolloutConfig(StrictModel):
     )
     agent_time_limit_s: float = Field(
         600.0, gt=0, description="most seconds one agent episode may run"
+    )
+    agent_history: Literal["refuse", "new_segment"] = Field(
+        "refuse", description="an agent request whose history differs from the episode's: "
+        "refused, or the start of a new segment recorded as such (agent_rl.rollout.chat_episode)",
     )
     pass_tools_to_template: bool = Field(
         True, description="give the env's tool schemas to the chat template as `tools=`"

@@ -122,10 +122,12 @@ def env_loop_message(message: Mapping[str, Any], index: int,
 
 
 def opening_messages(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None,
-                     ) -> list[Message]:
+                     call_names: Mapping[str, str] | None = None) -> list[Message]:
     """The first request's messages as the env loop's opening: with tools, the system prompt
-    lists them as `ToolEnv` writes it (the client's system text as its preamble)."""
-    opening = [env_loop_message(message, index, {}) for index, message in enumerate(messages)]
+    lists them as `ToolEnv` writes it (the client's system text as its preamble). `call_names`:
+    see `env_loop_message` (a new segment's history answers calls this episode returned)."""
+    opening = [env_loop_message(message, index, call_names or {})
+               for index, message in enumerate(messages)]
     if not tools:
         return opening
     if opening and opening[0]["role"] == "system":

@@ -91,6 +91,7 @@ class OpenAIEndpoint:
             self.actor.tokenizer, task_id, category,
             context_budget=self.actor.context_budget,
             pass_tools_to_template=self.actor.config.pass_tools_to_template,
+            new_segments=self.actor.config.agent_history == "new_segment",
         )
         self._episodes[key] = ServedEpisode(chat, seed)
         return key
@@ -105,9 +106,9 @@ class OpenAIEndpoint:
 
     def finish_episode(self, key: str, reward: float, group_id: str,
                        info: Mapping[str, Any] | None = None,
-                       end_reason: str | None = None) -> Trajectory:
-        """Close episode `key` and return its trajectory (see `ChatEpisode.finish`); later
-        requests to it get 404."""
+                       end_reason: str | None = None) -> list[Trajectory]:
+        """Close episode `key` and return its trajectory, or one per segment (see
+        `ChatEpisode.finish`); later requests to it get 404."""
         served = self._served(key)
         del self._episodes[key]
         for request in served.in_flight:

@@ -15,7 +15,7 @@ from agent_rl.learn.learner import Learner, LearnerError
 from agent_rl.learn.samples import Sample
 from agent_rl.orchestrate.ledger import Ledger
 from agent_rl.orchestrate.run_state import RunState
-from agent_rl.trajectory import Group, Trajectory
+from agent_rl.trajectory import SEGMENT, Group, Trajectory
 
 # prompt (fed), a model turn, a tool result (fed), a second model turn
 SEGMENTS = [(0, 6), (1, 9), (0, 5), (1, 7)]
@@ -95,6 +95,29 @@ def test_micro_batch_budget_does_not_change_the_gradient(tiny_model: Path) -> No
     tiny_batches.accumulate_gradients(groups)
     for a, b in zip(_grads(one_batch), _grads(tiny_batches), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-9)
+
+
+def test_an_episode_in_segments_counts_once_with_its_episodes_advantage(
+        tiny_model: Path) -> None:
+    """An agent episode recorded as two segments (SEGMENT) shares one advantage, computed
+    against the other episodes' rewards, and one vote: two identical halves of an episode give
+    the gradient of that episode recorded whole."""
+    learner = _learner(tiny_model)
+    rng = random.Random(3)
+    whole, other, third = (_trajectory(learner, rng, reward) for reward in (1.0, 0.0, 0.0))
+    halves = [Trajectory.from_dict({**whole.to_dict(), "info": {SEGMENT: {"index": i, "count": 2}}})
+              for i in range(2)]
+    segmented = Group("g", "task", [*halves, other, third])
+    assert segmented.rewards == [1.0, 0.0, 0.0]
+    assert segmented.episode_of_each() == [0, 0, 1, 2]
+
+    learner.accumulate_gradients([Group("g", "task", [whole, other, third])])
+    expected = _grads(learner)
+    learner.optimizer.zero_grad(set_to_none=True)
+    metrics = learner.accumulate_gradients([segmented])
+    assert metrics["charts/responses"] == 3 and metrics["charts/reward_mean"] == pytest.approx(1 / 3)
+    for mine, reference in zip(_grads(learner), expected, strict=True):
+        torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-9)
 
 
 def test_flat_group_gives_no_gradient_but_is_counted_and_measured(tiny_model: Path) -> None:

@@ -20,7 +20,7 @@ from transformers import AutoTokenizer
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.episode import EnvThreads, SampledTurn, run_episode
 from agent_rl.rollout.openai_server import OpenAIEndpoint
-from agent_rl.trajectory import Trajectory
+from agent_rl.trajectory import SEGMENT, Trajectory
 from envs.tool_env import DEFAULT_SYSTEM_PROMPT, ToolEnv
 
 TASK = {"task_id": "count-1", "category": "counting", "prompt": "What comes after 41?",
@@ -106,7 +106,8 @@ class Served:
         client = openai.OpenAI(base_url=self.endpoint.base_url(key), api_key="none",
                                max_retries=0)
         reward = self.loop.run_until_complete(asyncio.to_thread(agent, client))
-        return self.endpoint.finish_episode(key, reward, group_id="g")
+        (trajectory,) = self.endpoint.finish_episode(key, reward, group_id="g")
+        return trajectory
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +253,47 @@ def test_an_edited_assistant_turn_is_refused_naming_the_message(served: Served) 
 
     trajectory = served.play(agent)
     assert trajectory.num_turns == 1, "a refused request samples nothing"
+
+
+def test_an_edited_history_starts_a_new_segment_when_the_run_asks_for_it(
+        served: Served) -> None:
+    """`agent_history: new_segment`: an agent that summarizes its history gets its turn; the
+    episode comes back as two segments, the second's prompt rendered from the summary as a first
+    request's would be, and only turns the model sampled are marked as trained."""
+    tools = [tool.schema for tool in make_env().tools.values()]
+    opening = [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+               {"role": "user", "content": TASK["prompt"]}]
+    summary = [*opening, {"role": "user", "content": "You called next_number(41): it said 42."}]
+
+    def agent(client: openai.OpenAI) -> None:
+        client.chat.completions.create(model="tiny", messages=opening, tools=tools)
+        client.chat.completions.create(model="tiny", messages=summary, tools=tools)
+
+    def fresh(client: openai.OpenAI) -> None:
+        client.chat.completions.create(model="tiny", messages=summary, tools=tools)
+
+    def episode(play: Any) -> list[Trajectory]:
+        key = served.endpoint.open_episode(TASK["task_id"], TASK["category"], seed=5)
+        client = openai.OpenAI(base_url=served.endpoint.base_url(key), api_key="none",
+                               max_retries=0)
+        served.loop.run_until_complete(asyncio.to_thread(play, client))
+        return served.endpoint.finish_episode(key, 1.0, group_id="g")
+
+    served.actor.config = RolloutConfig(agent_history="new_segment")
+    try:
+        first, second = episode(agent)
+    finally:
+        served.actor.config = RolloutConfig()
+    (alone,) = episode(fresh)
+
+    assert first.info[SEGMENT]["index"] == 0 and first.info[SEGMENT]["count"] == 2
+    assert "messages[2]" in first.info[SEGMENT]["closed_by"]
+    assert second.info[SEGMENT] == {"index": 1, "count": 2}
+    assert (first.reward, second.reward) == (1.0, 1.0)
+    assert (first.num_turns, second.num_turns) == (1, 2), "the last segment has the total"
+    assert second.token_ids == alone.token_ids and second.loss_mask == alone.loss_mask
+    assert sum(alone.loss_mask) and not any(second.loss_mask[:second.loss_mask.index(1)])
+    assert SEGMENT not in alone.info
 
 
 def test_reserialized_tool_call_arguments_still_match(served: Served) -> None:

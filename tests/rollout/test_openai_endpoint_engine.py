@@ -96,7 +96,7 @@ def test_an_openai_client_episode_is_the_env_loops_episode_id_for_id(served: Ser
     key = served.endpoint.open_episode("count-2", "counting", seed=seed)
     logprobs: list[list[float]] = []
     served.run(asyncio.to_thread(counter_agent, served.endpoint.base_url(key), logprobs))
-    trajectory: Trajectory = served.endpoint.finish_episode(key, 1.0, group_id="g")
+    (trajectory,) = served.endpoint.finish_episode(key, 1.0, group_id="g")
 
     threads = EnvThreads(1)
     record = served.run(run_episode(
@@ -122,7 +122,7 @@ def test_the_recorded_ids_are_the_templates_rendering_of_the_conversation(
     key = served.endpoint.open_episode(seed=7)
     logprobs: list[list[float]] = []
     served.run(asyncio.to_thread(counter_agent, served.endpoint.base_url(key), logprobs))
-    trajectory = served.endpoint.finish_episode(key, 1.0, group_id="g")
+    (trajectory,) = served.endpoint.finish_episode(key, 1.0, group_id="g")
 
     chat = ChatTokens(served.actor.tokenizer)
     tokenizer = served.actor.tokenizer
@@ -170,10 +170,10 @@ def streaming_counter_agent(base_url: str) -> float:
 def test_a_streamed_episode_samples_and_records_what_a_plain_one_does(served: Served) -> None:
     key = served.endpoint.open_episode(seed=31)
     served.run(asyncio.to_thread(streaming_counter_agent, served.endpoint.base_url(key)))
-    streamed = served.endpoint.finish_episode(key, 1.0, group_id="g")
+    (streamed,) = served.endpoint.finish_episode(key, 1.0, group_id="g")
     key = served.endpoint.open_episode(seed=31)
     served.run(asyncio.to_thread(counter_agent, served.endpoint.base_url(key), []))
-    plain = served.endpoint.finish_episode(key, 1.0, group_id="g")
+    (plain,) = served.endpoint.finish_episode(key, 1.0, group_id="g")
 
     assert streamed.num_turns == 2
     assert streamed.token_ids == plain.token_ids
@@ -202,7 +202,7 @@ def test_top_logprobs_rank_the_alternatives_and_leave_the_record_alone(served: S
         reply = client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "Count to three."}],
             logprobs=True, **({"top_logprobs": top} if top else {}))
-        return reply, served.endpoint.finish_episode(key, 0.0, group_id="g")
+        return reply, served.endpoint.finish_episode(key, 0.0, group_id="g")[0]
 
     (plain, plain_record), (ranked, ranked_record) = served.run(asyncio.to_thread(ask, 0)), \
         served.run(asyncio.to_thread(ask, 5))
@@ -241,7 +241,7 @@ def test_turns_sampled_after_a_weight_update_carry_its_version(
                  for name, tensor in weights.items()}
     served.run(served.actor.update_weights(1, perturbed))
     served.run(asyncio.to_thread(one_turn))
-    trajectory = served.endpoint.finish_episode(key, 0.0, group_id="g")
+    (trajectory,) = served.endpoint.finish_episode(key, 0.0, group_id="g")
 
     runs = _sampled_runs(trajectory)
     versions = [v for v, mask in zip(trajectory.policy_versions, trajectory.loss_mask,
