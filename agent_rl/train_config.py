@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from agent_rl.config import StrictModel, load_config
 from agent_rl.env_config import EnvConfig
 from agent_rl.evaluate.config import EvaluationConfig
-from agent_rl.fault_config import FaultConfig
+from agent_rl.fault_config import ENV_FAULTS, ENV_RAISE, FaultConfig
 from agent_rl.learn.config import LearnerConfig, LossConfig
 from agent_rl.rollout.config import RolloutConfig
 from agent_rl.rollout.engine import EngineConfig
@@ -211,6 +211,14 @@ class TrainConfig(StrictModel):
                 "rollout.top_p, top_k and min_tokens_per_turn must keep their defaults in a "
                 "training run: the learner scores tokens under the temperature alone, so any "
                 "other sampling change would make the importance weights wrong"
+            )
+        step_faults = [f"faults.{kind}_every" for kind in ENV_FAULTS
+                       if kind != ENV_RAISE and getattr(self.faults, f"{kind}_every")]
+        if self.env.agent is not None and step_faults:
+            raise ValueError(
+                f"{', '.join(step_faults)} act on the env's step, which an episode played by "
+                f"env.agent does not have; faults.env_raise_every reaches agent episodes (every "
+                "Nth request to the endpoint fails, and its episode ends as an env error)"
             )
         return self
 

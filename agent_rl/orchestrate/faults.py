@@ -179,6 +179,14 @@ class FaultyEnvFactory:
 
         return FaultyEnv(make_env(self.env_id, **self.env_kwargs), self)
 
+    def request_fault(self) -> InjectedEnvFault | None:
+        """For an own agent's episode, whose requests stand in for env steps: `env_raise` fails
+        the request (the config refuses the step faults an agent has no step for)."""
+        if self.fault_for_next_step() == ENV_RAISE:
+            return InjectedEnvFault(f"{InjectedEnvFault.__name__}: an agent's request failed on "
+                                    "purpose")
+        return None
+
     def fault_for_next_step(self) -> str | None:
         """Which env fault (if any) the next step of any of this actor's episodes gets."""
         with self._lock:

@@ -322,6 +322,12 @@ class RolloutActor:
         finally:
             self._time.change(sampling=-1)
 
+    def request_fault(self) -> BaseException | None:
+        """An injected fault for the next request to this actor's endpoint, from a run's fault
+        config (its env factory decides, counting requests as it counts env steps), or None."""
+        due = getattr(self._env_factory, "request_fault", None)
+        return due() if due is not None else None
+
     async def _agent_players(self) -> AgentEpisodes:
         """The endpoint and agent episodes, started with the first group (on this event loop,
         the engine's)."""

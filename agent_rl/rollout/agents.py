@@ -108,7 +108,9 @@ class AgentEpisodes:
             if self.endpoint.turns(key) == 0:
                 raise AgentEpisodeError("the agent returned without calling the endpoint")
         except Exception as error:  # noqa: BLE001 - any agent failure ends only its episode
-            return self._failed(key, group_id, error, task)
+            return self._failed(key, group_id, self.endpoint.fault(key) or error, task)
+        if (fault := self.endpoint.fault(key)) is not None:
+            return self._failed(key, group_id, fault, task)
         return self.endpoint.finish_episode(key, verdict.reward, group_id,
                                             {"verdict": verdict.to_dict()})
 

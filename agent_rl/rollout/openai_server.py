@@ -61,6 +61,7 @@ class ServedEpisode:
     seed: int | None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     in_flight: set[asyncio.Future[Any]] = field(default_factory=set)
+    fault: BaseException | None = None  # an injected fault one of its requests got
 
 
 class OpenAIEndpoint:
@@ -103,6 +104,17 @@ class OpenAIEndpoint:
     def turns(self, key: str) -> int:
         """Assistant turns sampled so far in episode `key`."""
         return self._served(key).chat.num_turns
+
+    def fault(self, key: str) -> BaseException | None:
+        """The fault injected into one of episode `key`'s requests, if any: the episode then
+        ends by it, whatever its agent made of the error."""
+        return self._served(key).fault
+
+    def _injected_fault(self) -> BaseException | None:
+        """A run's `faults.env_raise_every` reaches agent episodes here: the actor's env factory
+        (`agent_rl.orchestrate.faults.FaultyEnvFactory`) counts requests as it counts env steps."""
+        due = getattr(self.actor, "request_fault", None)
+        return due() if due is not None else None
 
     def finish_episode(self, key: str, reward: float, group_id: str,
                        info: Mapping[str, Any] | None = None,
@@ -173,6 +185,10 @@ class OpenAIEndpoint:
                                    f"{MAX_TOP_LOGPROBS}, got {top!r}", "top_logprobs")
             if top and not body.get("logprobs"):
                 return _error(400, "top_logprobs needs logprobs: true", "top_logprobs")
+            if (fault := self._injected_fault()) is not None:
+                served.fault = fault
+                return _error(500, f"injected fault: {fault}", None, code="injected_fault",
+                              kind="server_error")
             feed = _TokenFeed() if body.get("stream") else None
             work = asyncio.ensure_future(self._complete(served, body, feed))
             served.in_flight.add(work)
@@ -374,7 +390,7 @@ def _event(payload: dict[str, Any]) -> str:
 
 
 def _error(status: int, message: str, param: str | None,
-           code: str | None = None) -> JSONResponse:
+           code: str | None = None, kind: str = "invalid_request_error") -> JSONResponse:
     """An error in OpenAI's shape, so clients raise their usual exception with our message."""
     return JSONResponse(status_code=status, content={"error": {
-        "message": message, "type": "invalid_request_error", "param": param, "code": code}})
+        "message": message, "type": kind, "param": param, "code": code}})

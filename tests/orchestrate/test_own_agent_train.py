@@ -66,6 +66,15 @@ def test_a_run_trains_two_updates_on_an_own_agents_episodes_at_unit_weights(
         assert record["is/max"] == record["is/min"] == 1.0
 
 
+def test_env_step_faults_are_refused_for_an_agent_and_env_raise_is_taken(
+        tmp_path: Path) -> None:
+    config = agent_config(tmp_path, "examples.word_count_agent:run").model_dump(
+        exclude_unset=True)
+    with pytest.raises(ValueError, match="faults.sandbox_hang_every act on the env's step"):
+        TrainConfig.model_validate({**config, "faults": {"sandbox_hang_every": 3}})
+    TrainConfig.model_validate({**config, "faults": {"env_raise_every": 3}})
+
+
 def test_a_wrong_agent_fails_before_anything_starts(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="env.agent: .*cannot import"):
         train(agent_config(tmp_path, "no_such_agent_module:run"))

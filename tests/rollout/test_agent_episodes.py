@@ -14,6 +14,8 @@ import pytest
 from test_openai_endpoint import SCRIPT, TASK, ScriptedActor, Served, make_env, next_number
 from transformers import AutoTokenizer
 
+from agent_rl.fault_config import FaultConfig
+from agent_rl.orchestrate.faults import FaultInjector, FaultyEnvFactory, is_injected_error
 from agent_rl.rollout.agents import AgentEpisodes, AgentLoadError, load_agent
 from agent_rl.trajectory import END_ENV_ERROR, END_TERMINATED, tool_calls
 from envs.tool_env import DEFAULT_SYSTEM_PROMPT
@@ -136,6 +138,24 @@ def test_a_turn_under_way_when_the_time_limit_ends_an_episode_is_cancelled(
         served.actor.delay = 0.0
     assert trajectory.end_reason == END_ENV_ERROR and trajectory.num_turns == 0
     assert served.actor.cancelled == 1, "the engine request was aborted, not left decoding"
+
+
+def test_an_injected_request_fault_ends_its_episode_as_an_injected_env_error(
+        served: Served) -> None:
+    """`faults.env_raise_every: 2` in a run with an agent: the second request of the actor fails
+    with a 500 error, and its episode ends as the injected error the driver counts as one."""
+    factory = FaultyEnvFactory("agent_rl/WordCount-v0", {}, FaultConfig(env_raise_every=2))
+    served.actor.request_fault = factory.request_fault  # type: ignore[attr-defined]
+    try:
+        (trajectory,) = play(served, "test_agent_episodes:tool_agent", 1).trajectories
+    finally:
+        del served.actor.request_fault  # type: ignore[attr-defined]
+    assert trajectory.end_reason == END_ENV_ERROR and trajectory.num_turns == 1
+    assert "an agent's request failed on purpose" in trajectory.info["error"]
+    assert is_injected_error(trajectory.info)
+    injector = FaultInjector(FaultConfig())
+    injector.count_episode(trajectory.info)
+    assert injector.injected == {"env_raise": 1}
 
 
 def test_64_concurrent_agent_episodes_complete(served: Served) -> None:
