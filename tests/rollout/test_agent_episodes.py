@@ -129,10 +129,12 @@ def test_an_agent_past_its_time_limit_ends_as_an_env_error(served: Served) -> No
 
 def test_a_turn_under_way_when_the_time_limit_ends_an_episode_is_cancelled(
         served: Served) -> None:
+    # The limit leaves time for the agent's thread and client to start on a loaded machine,
+    # so that its request is being sampled when the limit strikes.
     served.actor.delay, served.actor.cancelled = 30.0, 0
     try:
         (trajectory,) = play(served, "test_agent_episodes:one_request_agent", 1,
-                             time_limit_s=0.5).trajectories
+                             time_limit_s=5.0).trajectories
         served.loop.run_until_complete(asyncio.sleep(0.1))
     finally:
         served.actor.delay = 0.0
