@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(help="The desktop env's offline file cache and its OSWorld coverage.",
@@ -75,15 +76,16 @@ def coverage(
         online_table = Table("domain", "task", "needs",
                              title="Need an online account (Google Drive, a login): unsupported")
         for task in online:
-            online_table.add_row(task.domain, task.task_id, "; ".join(task.online))
+            online_table.add_row(task.domain, task.task_id, escape("; ".join(task.online)))
         console.print(online_table)
     parts = Table("kind", "name", "tasks", title="Missing from the env (tasks that use it)")
     for part, count in report.missing_parts():
-        parts.add_row(part.kind, part.name, str(count))
+        # names such as compare_table.rules[chart] hold brackets that rich would read as markup
+        parts.add_row(part.kind, escape(part.name), str(count))
     console.print(parts)
     apps = Table("app", "tasks", title="Missing on this machine (tasks that need it)")
     for name, count in report.missing_apps():
-        apps.add_row(name, str(count))
+        apps.add_row(escape(name), str(count))
     console.print(apps)
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_json(), indent=2) + "\n")

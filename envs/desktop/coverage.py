@@ -31,9 +31,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 from envs.desktop.apps import APPS, OSWORLD_APPS
+from envs.desktop.docs_metrics import DOCX_OPTIONS
 from envs.desktop.evaluate import GETTERS, INFEASIBLE, METRICS
 from envs.desktop.file_cache import task_urls
 from envs.desktop.setup_steps import SUPPORTED_STEPS
+from envs.desktop.slides_metrics import SLIDE_OPTIONS
+from envs.desktop.table_metrics import FUZZY_CHECK_KEYS, PARTIAL_RULES, RULE_KEYS, RULE_PROPERTIES
 from envs.desktop.tasks import TaskFormatError, UnsupportedTaskParts, check_task
 from envs.errors import EnvsError
 
@@ -86,6 +89,8 @@ GETTER_KEYS: dict[str, frozenset[str]] = {
     "cache_file": frozenset({"path"}),
 }
 # The `options` each metric takes. OSWorld's `literal_match` also takes `type: list`.
+# `compare_table`'s rules are checked one by one (`_table_rule_parts`): each rule's type, keys
+# and property names count as options (`compare_table.rules[chart].chart_props[anchor]`).
 METRIC_OPTIONS: dict[str, frozenset[str]] = {
     "exact_match": frozenset(),
     "check_include_exclude": frozenset(),
@@ -93,6 +98,12 @@ METRIC_OPTIONS: dict[str, frozenset[str]] = {
     "is_in_list": frozenset(),
     "literal_match": frozenset({"ignore_case"}),
     "check_moved_jpgs": frozenset(),
+    "check_direct_json_object": frozenset(),
+    "compare_table": frozenset({"rules"}),
+    "compare_pptx_files": SLIDE_OPTIONS,
+    "compare_docx_files": DOCX_OPTIONS,
+    "compare_line_spacing": frozenset(),
+    "compare_docx_tables": frozenset(),
 }
 _EVALUATOR_KEYS = frozenset({"func", "result", "expected", "options", "conj", "postconfig"})
 # `open` is xdg-open in OSWorld's VM, which picks the app by file type; here folders go to the
@@ -258,6 +269,28 @@ def _step_parts(step: dict[str, Any]) -> list[Part]:
     return parts
 
 
+def _table_rule_parts(rules: Any) -> list[Part]:
+    """The parts of `compare_table`'s rules that `table_metrics` does not implement."""
+    parts = []
+    for rule in rules if isinstance(rules, list) else []:
+        rule_type = rule.get("type")
+        name = f"compare_table.rules[{rule_type}]"
+        if rule_type not in RULE_KEYS:
+            parts.append(Part("option", name))
+            continue
+        if rule_type in PARTIAL_RULES:
+            parts.append(Part("option", f"{name} ({PARTIAL_RULES[rule_type]})"))
+        parts += [Part("option", f"{name}.{key}") for key in rule if key not in RULE_KEYS[rule_type]]
+        if rule_type in RULE_PROPERTIES:
+            key, handled = RULE_PROPERTIES[rule_type]
+            parts += [Part("option", f"{name}.{key}[{prop}]") for prop in rule.get(key) or []
+                      if prop not in handled]
+        if rule_type == "sheet_fuzzy":
+            parts += [Part("option", f"{name}.rules.{key}") for check in rule.get("rules", [])
+                      for key in check if key not in FUZZY_CHECK_KEYS]
+    return parts
+
+
 def _evaluator_parts(evaluator: dict[str, Any]) -> list[Part]:
     parts = [Part("option", f"evaluator.{key}") for key in evaluator if key not in _EVALUATOR_KEYS]
     if evaluator.get("conj", "and") not in ("and", "or"):
@@ -272,6 +305,8 @@ def _evaluator_parts(evaluator: dict[str, Any]) -> list[Part]:
             continue
         parts += [Part("option", f"{func}.{key}") for key in (option or {})
                   if key not in METRIC_OPTIONS[func]]
+        if func == "compare_table":
+            parts += _table_rule_parts((option or {}).get("rules"))
     for getter in _getters(evaluator):
         getter_type = getter.get("type")
         if getter_type in ONLINE_GETTERS:

@@ -9,6 +9,7 @@ and `accessibility_tree` are ours and read the X server.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections.abc import Callable
@@ -18,7 +19,10 @@ from typing import Any
 
 from envs.desktop import file_cache
 from envs.desktop.display import DesktopSession
+from envs.desktop.docs_metrics import compare_docx_files, compare_docx_tables, compare_line_spacing
 from envs.desktop.observe import Observer, screen_text
+from envs.desktop.slides_metrics import compare_pptx_files
+from envs.desktop.table_metrics import compare_table
 
 __all__ = [
     "GETTERS",
@@ -222,6 +226,39 @@ def check_moved_jpgs(result: Any, rules: dict[str, Any]) -> float:
     return float(len(names) == len(expected) and set(names) == set(expected))
 
 
+def check_direct_json_object(result: Any, rules: dict[str, Any]) -> float:
+    """OSWorld's check of a JSON object (a dict, or its text with ' for "): 1 if each key of
+    `rules["expected"]` has the expected value, or with `rules["expect_in_result"]`, if each
+    expected string is a substring of the result's value and, for an expected list, one of its
+    items is in the result's list.
+
+    Raises:
+        json.JSONDecodeError: the result is text that is no JSON (OSWorld raises too).
+    """
+    if isinstance(result, str):
+        result = json.loads(result.strip().replace("'", '"'))
+    if not isinstance(result, dict):
+        return 0.0
+    expected: dict[str, Any] = rules["expected"]
+    if not rules.get("expect_in_result", False):
+        return float(all(result.get(key) == value for key, value in expected.items()))
+    for key, value in expected.items():
+        found = result.get(key)
+        if isinstance(value, list):
+            if not (isinstance(found, list) and any(item in found for item in value)):
+                return 0.0
+        elif not (isinstance(value, str) and _contains(found, value)):
+            return 0.0  # an expected value of another type fails, as in OSWorld
+    return 1.0
+
+
+def _contains(container: Any, item: Any) -> bool:
+    try:
+        return item in container
+    except TypeError:  # a missing key (None) or a number holds nothing
+        return False
+
+
 METRICS: dict[str, Callable[..., float]] = {
     "check_moved_jpgs": check_moved_jpgs,
     "exact_match": exact_match,
@@ -229,6 +266,12 @@ METRICS: dict[str, Callable[..., float]] = {
     "compare_text_file": compare_text_file,
     "is_in_list": is_in_list,
     "literal_match": literal_match,
+    "check_direct_json_object": check_direct_json_object,
+    "compare_table": compare_table,
+    "compare_pptx_files": compare_pptx_files,
+    "compare_docx_files": compare_docx_files,
+    "compare_line_spacing": compare_line_spacing,
+    "compare_docx_tables": compare_docx_tables,
 }
 INFEASIBLE = "infeasible"
 

@@ -282,8 +282,8 @@ def test_unsupported_steps_and_evaluators_are_named_in_the_error() -> None:
     drive = {"type": "googledrive", "parameters": {}}
     with pytest.raises(UnsupportedTaskStep, match="'googledrive'"):
         check_task(task | {"config": [drive]})
-    evaluator = task["evaluator"] | {"func": "compare_pptx_files"}
-    with pytest.raises(UnsupportedEvaluator, match="'compare_pptx_files'"):
+    evaluator = task["evaluator"] | {"func": "compare_pdfs"}
+    with pytest.raises(UnsupportedEvaluator, match="'compare_pdfs'"):
         check_task(task | {"evaluator": evaluator})
     getter = task["evaluator"] | {"result": {"type": "active_tab_info", "goto_prefix": "x"}}
     with pytest.raises(UnsupportedEvaluator, match="'active_tab_info'"):
@@ -295,13 +295,13 @@ def test_one_check_lists_every_unsupported_piece_of_a_task() -> None:
     broken = task | {
         "config": [{"type": "chrome_open_tabs", "parameters": {}}, *task["config"],
                    {"type": "googledrive", "parameters": {}}],
-        "evaluator": task["evaluator"] | {"func": "compare_pptx_files",
+        "evaluator": task["evaluator"] | {"func": "compare_pdfs",
                                           "result": {"type": "active_tab_info"}},
     }
     with pytest.raises(UnsupportedTaskParts) as error:
         check_task(broken)
     for piece in ("config[0]", "'chrome_open_tabs'", f"config[{len(task['config']) + 1}]",
-                  "'googledrive'", "'compare_pptx_files'", "'active_tab_info'"):
+                  "'googledrive'", "'compare_pdfs'", "'active_tab_info'"):
         assert piece in str(error.value)
 
 

@@ -137,8 +137,8 @@ def test_an_option_a_supported_part_does_not_handle_leaves_the_task_unimplemente
 
 def test_opening_a_file_the_text_editor_cannot_stand_for_is_missing() -> None:
     sums = coverage_of("calc-sum-column", "libreoffice")
-    assert Part("option", "open.path *.xlsx (xdg-open's app for it)") in sums.missing_parts
-    assert Part("metric", "compare_table") in sums.missing_parts
+    assert sums.missing_parts == (Part("option", "open.path *.xlsx (xdg-open's app for it)"),
+                                  Part("option", "compare_table.rules[sparkline]"))
 
 
 def test_what_check_task_refuses_is_never_implemented() -> None:
@@ -190,8 +190,8 @@ def test_the_report_counts_per_domain_and_ranks_missing_parts_and_apps() -> None
     apps = dict(report.missing_apps())
     assert apps["pyautogui (python3 module)"] == 2  # online tasks are not counted
     assert "libreoffice" not in apps and "terminal" not in apps
-    # The online tasks' own gaps (compare_table via Drive) are left out of the counts.
-    assert dict(report.missing_parts())[Part("metric", "compare_table")] == 1
+    # The online tasks' own gaps (compare_table's sparkline rule via Drive) are left out of the counts.
+    assert dict(report.missing_parts())[Part("option", "compare_table.rules[sparkline]")] == 1
 
 
 def test_the_command_prints_the_tables_and_writes_the_same_as_json(tmp_path) -> None:
@@ -200,13 +200,15 @@ def test_the_command_prints_the_tables_and_writes_the_same_as_json(tmp_path) -> 
                            terminal_width=200)
     assert result.exit_code == 0, result.output
     for text in ("What runs of OSWorld", "libreoffice_calc", "implemented", "runs here",
-                 "calc-to-google-drive", "googledrive step", "compare_table", "execute.stdout"):
+                 "calc-to-google-drive", "googledrive step", "compare_table.rules[sparkline]",
+                 "execute.stdout"):
         assert text in result.output
     data = json.loads(out.read_text())
     assert data["total"]["tasks"] == 14 and data["total"]["online"] == 3
     assert {row["domain"] for row in data["domains"]} == {
         "os", "libreoffice_calc", "chrome", "vlc", "gimp", "multi_apps"}
-    assert {"kind": "metric", "name": "compare_table", "tasks": 1} in data["missing_parts"]
+    assert {"kind": "option", "name": "compare_table.rules[sparkline]", "tasks": 1} in data[
+        "missing_parts"]
     assert [task["id"] for task in data["online"]] == [
         "calc-to-google-drive", "chrome-login-and-star", "chrome-drive-folder"]
     assert len(data["tasks"]) == 14
@@ -219,7 +221,7 @@ def test_the_command_writes_the_tables_as_markdown_for_the_docs(tmp_path) -> Non
     text = out.read_text()
     assert text.startswith("| domain | tasks | format implemented | runs here | online")
     assert "| `libreoffice_calc` | 3 |" in text and "| total | 14 |" in text
-    assert "| metric `compare_table` | 1 |" in text
+    assert "| option `compare_table.rules[sparkline]` | 1 |" in text
 
 
 def test_a_wrong_folder_is_an_error_the_cli_prints_as_one_line(tmp_path) -> None:
