@@ -152,6 +152,14 @@ publish-lag64:
 	@mkdir -p $(FIGURES)
 	cp $(LAG64)/lag64_ablation.json $(LAG64)/lag64_ablation.png $(FIGURES)/
 
+# Every app OSWorld's task domains use, from Debian (LibreOffice, Chromium, GIMP, VLC,
+# Thunderbird, socat, ...), and pyautogui for the desktop's python3, which OSWorld's set-up steps
+# import; the lists are in envs/desktop/apps.py. Writes to /usr: run it as root.
+.PHONY: desktop-apps
+
+desktop-apps: install
+	$(AGENT_RL) desktop install-apps
+
 # The desktop job (#38): the default model on 64 held-out generated desktop tasks (16 per domain:
 # terminal, editor, file manager, windows) before and after SFT on the scripted oracle's episodes
 # of train-split tasks, and after RL on the train split from there; then the three compared. Each

@@ -1,5 +1,5 @@
-"""`agent-rl desktop ...`: the desktop env's offline file cache, and how much of an OSWorld task
-set it runs."""
+"""`agent-rl desktop ...`: the desktop env's offline file cache, how much of an OSWorld task
+set it runs, and the install of the apps OSWorld's tasks use."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-app = typer.Typer(help="The desktop env's offline file cache and its OSWorld coverage.",
+app = typer.Typer(help="The desktop env's offline file cache, its OSWorld coverage and apps.",
                   no_args_is_help=True)
 cache_app = typer.Typer(help="Files OSWorld tasks download, served offline.",
                         no_args_is_help=True)
@@ -39,6 +39,25 @@ def cache_list() -> None:
     for url, entry in sorted(file_cache.entries().items()):
         table.add_row(url, entry["name"], entry["sha256"][:12])
     console.print(table)
+
+
+@app.command("install-apps")
+def install_apps(
+    apt: Annotated[bool, typer.Option(
+        help="Install the Debian packages too; --no-apt installs only pyautogui for the "
+             "desktop's python3.")] = True,
+) -> None:
+    """Install from Debian every app OSWorld's task domains use (LibreOffice, Chromium, GIMP,
+    VLC, Thunderbird, ...) and pyautogui for the desktop's python3. Needs root."""
+    from envs.desktop.apps import PYTHON_SITE
+    from envs.desktop.install import InstallError, install_desktop_apps
+
+    try:
+        install_desktop_apps(apt=apt)
+    except InstallError as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(1) from None
+    console.print(f"desktop apps installed; pyautogui for the desktop in {PYTHON_SITE}")
 
 
 @app.command("coverage")

@@ -69,7 +69,8 @@ def _register_optional_commands() -> None:
     app.add_typer(env_commands.app, name="env", help="List registered envs and run episodes.")
     app.add_typer(sandbox_commands.app, name="sandbox", help="The sandbox's Docker image.")
     app.add_typer(config_commands.app, name="config", help="Check and migrate run configs.")
-    app.add_typer(desktop_commands.app, name="desktop", help="The desktop env's file cache.")
+    app.add_typer(desktop_commands.app, name="desktop",
+                  help="The desktop env's file cache, OSWorld coverage and apps.")
     app.add_typer(experiment_commands.app, name="experiment",
                   help="The project's experiments (lag64: matched vs stock kernels at lag 64).")
     app.command("eval")(eval_command)

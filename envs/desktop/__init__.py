@@ -15,7 +15,9 @@ task files) and `agent_rl/DesktopGen-v0` (generated instances).
 | `oracle.py` | the scripted oracle that solves any generated instance from the screen text |
 | `coverage.py` | which of OSWorld's tasks this env implements and can run here |
 | `accessibility.py`, `a11y_reader.py` | the AT-SPI tree, read inside the sandbox |
-| `apps.py` | which installed app plays each role (terminal, editor, file manager) |
+| `apps.py` | which installed app plays each role (terminal, editor, file manager); what gets installed |
+| `office.py` | LibreOffice: the documents it opens, its seeded per-episode profile |
+| `install.py` | `make desktop-apps`: OSWorld's apps from Debian, pyautogui for the desktop's python3 |
 | `recording.py` | episode recordings as HTML pages and contact sheets |
 """
 

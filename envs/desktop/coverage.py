@@ -30,10 +30,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
-from envs.desktop.apps import APPS, OSWORLD_APPS
+from envs.desktop.apps import APPS, DESKTOP_PATH, OSWORLD_APPS, PYTHON_SITE
 from envs.desktop.docs_metrics import DOCX_OPTIONS
 from envs.desktop.evaluate import GETTERS, INFEASIBLE, METRICS
 from envs.desktop.file_cache import task_urls
+from envs.desktop.office import DOCUMENT_MODULES, module_of
 from envs.desktop.setup_steps import SUPPORTED_STEPS
 from envs.desktop.slides_metrics import SLIDE_OPTIONS
 from envs.desktop.table_metrics import FUZZY_CHECK_KEYS, PARTIAL_RULES, RULE_KEYS, RULE_PROPERTIES
@@ -107,7 +108,8 @@ METRIC_OPTIONS: dict[str, frozenset[str]] = {
 }
 _EVALUATOR_KEYS = frozenset({"func", "result", "expected", "options", "conj", "postconfig"})
 # `open` is xdg-open in OSWorld's VM, which picks the app by file type; here folders go to the
-# file manager and files to the text editor, which is right for text files only.
+# file manager, office documents to LibreOffice (`office.DOCUMENT_MODULES`) and other files to
+# the text editor, which is right for text files only.
 _OPENED_AS_TEXT = frozenset({"", ".txt", ".md", ".py", ".sh", ".log", ".c", ".h", ".js",
                              ".yaml", ".yml", ".ini", ".conf", ".tex"})
 
@@ -157,17 +159,18 @@ RELATED_APPS: dict[str, App | None] = {
     "pdf": None,
     "image": None,
 }
-# The PATH the desktop's sandbox runs with (display.py): its python3 is the first one there.
-_DESKTOP_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @functools.cache
 def installed_here(app: App) -> bool:
-    """Whether this machine has `app` where the desktop's sandbox would find it."""
+    """Whether this machine has `app` where the desktop's sandbox would find it. A module is
+    looked up, not imported: pyautogui's import needs an X display."""
     if app.python_module is not None:
-        python = shutil.which("python3", path=_DESKTOP_PATH)
+        python = shutil.which("python3", path=DESKTOP_PATH)
+        find = "import importlib.util, sys; sys.exit(importlib.util.find_spec(sys.argv[1]) is None)"
         return python is not None and subprocess.run(
-            [python, "-c", f"import {app.python_module}"], capture_output=True, timeout=60
+            [python, "-c", find, app.python_module], capture_output=True, timeout=60,
+            env={"PATH": DESKTOP_PATH, "PYTHONPATH": PYTHON_SITE},
         ).returncode == 0
     return any(shutil.which(program) for program in app.programs)
 
@@ -264,7 +267,7 @@ def _step_parts(step: dict[str, Any]) -> list[Part]:
              if key not in STEP_PARAMETERS[step_type]]
     if step_type == "open" and isinstance(parameters.get("path"), str):
         suffix = PurePosixPath(parameters["path"]).suffix.lower()
-        if suffix not in _OPENED_AS_TEXT:
+        if suffix not in _OPENED_AS_TEXT and suffix not in DOCUMENT_MODULES:
             parts.append(Part("option", f"open.path *{suffix} (xdg-open's app for it)"))
     return parts
 
@@ -352,10 +355,14 @@ def _python_modules(code: str) -> list[str]:
 
 
 def _step_apps(step: dict[str, Any]) -> list[App]:
-    """What a `launch`, `execute` or `command` step runs. Shell command lines are not parsed."""
+    """What a `launch`, `execute` or `command` step runs, and the LibreOffice an `open` of an
+    office document starts. Shell command lines are not parsed."""
+    parameters = step.get("parameters") or {}
+    if step.get("type") == "open":
+        path = parameters.get("path")
+        return [_LIBREOFFICE] if isinstance(path, str) and module_of(path) else []
     if step.get("type") not in ("launch", "execute", "command"):
         return []
-    parameters = step.get("parameters") or {}
     command = parameters.get("command")
     if parameters.get("shell") or not command:
         return []

@@ -42,7 +42,7 @@ from envs.desktop.accessibility import (
     parse_tree,
     reader_source,
 )
-from envs.desktop.apps import APT_PACKAGES, app_command
+from envs.desktop.apps import APT_PACKAGES, DESKTOP_PATH, PYTHON_SITE, app_command
 from sandbox import host_uids
 from sandbox.backends.bwrap import system_mounts
 
@@ -63,12 +63,13 @@ VM_UID = 1000
 ROOT_MENU_LABELS = ("Terminal", "Text editor", "File manager")  # the right-click menu, in order
 REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap", "setpriv")
 # The host's /etc as far as the apps read it: linker cache, fonts, GTK, X and D-Bus config,
-# terminfo, time zone, the shells' start-up files, Debian's python3 config. Entries missing on
-# a host are skipped.
+# terminfo, time zone, the shells' start-up files, Debian's python3 config, LibreOffice's
+# configuration schema (Debian keeps it there; LibreOffice aborts at start without it).
+# Entries missing on a host are skipped.
 ETC_ENTRIES = ("alternatives", "bash.bashrc", "dbus-1", "fonts", "gtk-2.0", "gtk-3.0", "inputrc",
-               "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "localtime",
-               "mime.types", "nsswitch.conf", "os-release", "profile", "python3", "shells",
-               "terminfo", "timezone", "X11", "xdg")
+               "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "libreoffice", "locale.alias",
+               "localtime", "mime.types", "nsswitch.conf", "os-release", "profile", "python3",
+               "shells", "terminfo", "timezone", "X11", "xdg")
 # The font cache: without it every app start rebuilds it, seconds on a loaded machine.
 _HOST_CACHES = ("/var/cache/fontconfig",)
 _MAX_READ_BYTES = 64 << 20  # a file an evaluator reads back; more is cut
@@ -320,8 +321,10 @@ class DesktopSession:
                                               ("machine-id", "/var/lib/dbus/machine-id"))
                      for arg in ("--ro-bind", str(self.root / name), target)]
         session_env = SESSION_ENV.items() if self.accessibility else ()
+        # PYTHONPATH: the packages OSWorld's `python -c` steps import (pyautogui), read-only.
         environment = {"HOME": VM_HOME, "USER": "user", "DISPLAY": self.display,
-                       "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **dict(session_env)}
+                       "PATH": DESKTOP_PATH, "PYTHONPATH": PYTHON_SITE, "LANG": "C.UTF-8",
+                       **dict(session_env)}
         return [
             *as_episode_uid,
             "bwrap",

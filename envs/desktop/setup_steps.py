@@ -14,11 +14,13 @@ import shlex
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from envs.desktop import file_cache
-from envs.desktop.apps import APT_PACKAGES, app_command, stand_in
+from Xlib import error
+
+from envs.desktop import file_cache, office
+from envs.desktop.apps import app_command, missing_program_hint, stand_in
 from envs.desktop.display import DesktopSession
 from envs.desktop.observe import Observer
 
@@ -56,18 +58,57 @@ def _command_argv(parameters: dict[str, Any]) -> tuple[str | list[str], bool]:
     return command, bool(parameters.get("shell", False))
 
 
-def _wait_for_new_window(observer: Observer, before: int, timeout_s: float) -> None:
-    """Block until the window manager manages more windows than `before` (the app is up)."""
+def _windows(observer: Observer) -> list[tuple[str, str]]:
+    """(WM_CLASS class, title) of each managed window, leaving out those closed meanwhile."""
+    named = []
+    for window in observer.client_windows():
+        try:
+            wm_class = window.get_wm_class()
+            named.append((wm_class[1] if wm_class else "", observer.title(window)))
+        except error.BadWindow:
+            continue
+    return named
+
+
+def _wait_until(ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Block until `ready()` (the app's window is up), then let the app draw its first frame
+    before anyone looks."""
     deadline = time.monotonic() + timeout_s
-    while len(observer.client_windows()) <= before:
+    while not ready():
         if time.monotonic() > deadline:
-            raise SetupError(f"no new window appeared within {timeout_s:g} s of the launch")
+            raise SetupError(f"{what} appeared within {timeout_s:g} s of the launch")
         time.sleep(0.02)
-    time.sleep(0.15)  # let the app draw its first frame before anyone looks
+    time.sleep(0.15)
+
+
+def _start(context: StepContext, argv: list[str], title: str | None = None) -> None:
+    """Start `argv` on the desktop and wait for its window: one whose title holds `title` where
+    given (OSWorld's `open` waits for the file's name), else a new one. LibreOffice's profile is
+    seeded first (`office.seed_profile`), and its splash screen does not count as its window."""
+    session, observer = context
+    if shutil.which(argv[0]) is None:
+        raise SetupError(f"cannot launch {argv[0]!r}: it is not installed here; "
+                         f"{missing_program_hint(argv[0])}")
+    libreoffice = office.is_libreoffice(argv)
+    if libreoffice:
+        office.seed_profile(session)
+
+    def app_windows() -> int:
+        if not libreoffice:
+            return len(observer.client_windows())
+        return sum(1 for app, _ in _windows(observer) if app.startswith("libreoffice-"))
+
+    before = app_windows()
+    session.launch(argv)
+    timeout_s = office.START_TIMEOUT_S if libreoffice else _LAUNCH_TIMEOUT_S
+    if title is None:
+        _wait_until(lambda: app_windows() > before, timeout_s, f"no new window of {argv[0]!r}")
+    else:
+        _wait_until(lambda: any(title in name for _, name in _windows(observer)), timeout_s,
+                    f"no window whose title holds {title!r}")
 
 
 def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
-    session, observer = context
     command, shell = _command_argv(parameters)
     if isinstance(command, str):
         argv = ["sh", "-c", command] if shell else shlex.split(command)
@@ -76,12 +117,7 @@ def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
     if (swapped := stand_in(argv)) != argv:
         logger.info("launching %s in place of %s, which is not installed", swapped[0], argv[0])
         argv = swapped
-    if shutil.which(argv[0]) is None:
-        raise SetupError(f"cannot launch {argv[0]!r}: it is not installed here (the shipped "
-                         f"tasks need `apt-get install {APT_PACKAGES}`)")
-    before = len(observer.client_windows())
-    session.launch(argv)
-    _wait_for_new_window(observer, before, _LAUNCH_TIMEOUT_S)
+    _start(context, argv)
 
 
 def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
@@ -92,7 +128,10 @@ def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
     result = session.run(command, shell=shell, timeout_s=float(parameters.get("timeout", 10)))
     if result.returncode != 0:
         # OSWorld does not stop a task when a set-up command fails; we log it loudly.
-        logger.warning("set-up command %r exited %d: %s", command, result.returncode, result.stderr.strip())
+        hint = (" (`make desktop-apps` installs pyautogui for the desktop)"
+                if "No module named 'pyautogui'" in result.stderr else "")
+        logger.warning("set-up command %r exited %d: %s%s", command, result.returncode,
+                       result.stderr.strip(), hint)
 
 
 def _sleep(context: StepContext, parameters: dict[str, Any]) -> None:
@@ -100,13 +139,18 @@ def _sleep(context: StepContext, parameters: dict[str, Any]) -> None:
 
 
 def _open(context: StepContext, parameters: dict[str, Any]) -> None:
-    """OSWorld's `open` (xdg-open): folders go to the file manager, files to the text editor."""
+    """OSWorld's `open` (xdg-open): folders go to the file manager, office documents to
+    LibreOffice (`envs.desktop.office`), other files to the text editor."""
     session, _ = context
     path = parameters.get("path")
     if not isinstance(path, str):
         raise SetupError(f"'open' needs a 'path' string, got {path!r}")
-    role = "file_manager" if session.is_dir(path) else "editor"
-    _launch(context, {"command": [*app_command(role), path]})
+    if session.is_dir(path):
+        _start(context, [*app_command("file_manager"), path])
+    elif office.module_of(path) is not None:
+        _start(context, office.open_command(path), title=PurePosixPath(path).name)
+    else:
+        _start(context, [*app_command("editor"), path])
 
 
 def _window_ids(session: DesktopSession, parameters: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from envs.desktop import DesktopEnv
-from envs.desktop.apps import APT_PACKAGES
+from envs.desktop.apps import APT_PACKAGES, PYTHON_SITE
 from envs.desktop.display import REQUIRED_PROGRAMS, DesktopFileError, DesktopSession
 from envs.desktop.setup_steps import SetupError
 from envs.desktop.tasks import TASKS_DIR
@@ -184,6 +184,27 @@ def test_no_app_of_the_desktop_is_host_root(env: DesktopEnv) -> None:
     expected = session.host_uid if os.geteuid() == 0 else os.geteuid()
     assert {_host_uid(pid) for pid in pids} == {expected}
     assert expected != 0
+
+
+@pytest.mark.skipif(shutil.which("soffice") is None,
+                    reason="LibreOffice is not installed (`make desktop-apps`)")
+def test_libreoffice_runs_as_the_episode_user_and_writes_only_its_home(env: DesktopEnv) -> None:
+    escape = ("touch /etc/libreoffice/escape; touch /usr/lib/libreoffice/escape; "
+              f"touch {PYTHON_SITE}/escape; cat /etc/libreoffice/sofficerc > ~/config-read")
+    env.reset(options={"task": a_task(config=[
+        {"type": "launch", "parameters": {"command": ["libreoffice", "--writer"]}},
+        {"type": "execute", "parameters": {"command": escape, "shell": True}}])})
+    session = env._session
+    assert session is not None and session.display
+    office = [pid for pid in _sandboxed_processes(session.display)
+              if Path(f"/proc/{pid}/comm").read_text().strip() == "soffice.bin"]
+    expected = session.host_uid if os.geteuid() == 0 else os.geteuid()
+    assert office and {_host_uid(pid) for pid in office} == {expected} and expected != 0
+    # Its configuration is read-only to it; its profile lives in the episode's home.
+    assert b"[Bootstrap]" in (session.read_file("~/config-read") or b"")
+    assert not any(Path(folder, "escape").exists()
+                   for folder in ("/etc/libreoffice", "/usr/lib/libreoffice", PYTHON_SITE))
+    assert session.is_dir("~/.config/libreoffice/4/user")
 
 
 def test_a_hostile_set_up_step_reads_nothing_of_the_host(env: DesktopEnv) -> None:
