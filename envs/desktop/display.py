@@ -60,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 VM_HOME = "/home/user"
 VM_UID = 1000
+# OSWorld's VM home has a Desktop folder, and some of its tasks save there without making it.
+HOME_FOLDERS = ("Desktop",)
 ROOT_MENU_LABELS = ("Terminal", "Text editor", "File manager")  # the right-click menu, in order
 REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap", "setpriv")
 # The host's /etc as far as the apps read it: linker cache, fonts, GTK, X and D-Bus config,
@@ -153,6 +155,8 @@ class DesktopSession:
         self.tmp = self.root / "tmp"
         self.home.mkdir(mode=0o700)
         self.tmp.mkdir(mode=0o700)
+        for folder in HOME_FOLDERS:
+            (self.home / folder).mkdir()
         (self.tmp / ".X11-unix").mkdir()
         # Apps run as `user` (uid 1000 in a user namespace, no capabilities), as in OSWorld's VM;
         # these files give the uid its name, so `whoami` and shell prompts say `user`.
@@ -166,7 +170,8 @@ class DesktopSession:
             # The episode's uid may pass through its root folder (to the binds) but not list
             # it, and owns only its home and /tmp.
             self.root.chmod(0o711)
-            for path in (self.home, self.tmp, self.tmp / ".X11-unix"):
+            for path in (self.home, *(self.home / folder for folder in HOME_FOLDERS), self.tmp,
+                         self.tmp / ".X11-unix"):
                 os.chown(path, self.host_uid, self.host_uid)
         self.display = ""
         self._processes: list[subprocess.Popen[bytes]] = []
@@ -448,11 +453,13 @@ class DesktopSession:
 
     def vm_path(self, path: str) -> str:
         """`path` (`~` for the home) normalised, checked to lie in the episode's home or /tmp.
+        A relative path starts from the home, as in OSWorld, whose VM server resolves task
+        paths such as `Downloads/a.pptx` from its working folder, the user's home.
 
         Raises:
             ValueError: the path is outside the episode's writable folders.
         """
-        normal = Path(os.path.normpath(path.replace("~", VM_HOME, 1)))
+        normal = Path(os.path.normpath(Path(VM_HOME) / path.replace("~", VM_HOME, 1)))
         if any(normal == root or root in normal.parents for root in (Path(VM_HOME), Path("/tmp"))):
             return str(normal)
         raise ValueError(

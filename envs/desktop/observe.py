@@ -22,7 +22,7 @@ from envs.desktop.accessibility import render_a11y
 if TYPE_CHECKING:
     from envs.desktop.display import DesktopSession
 
-__all__ = ["Node", "Observer", "render_tree", "screen_text"]
+__all__ = ["POSITION_FROM_MOTION", "Node", "Observer", "render_tree", "screen_text"]
 
 _ROLE_OF_TYPE = {
     "_NET_WM_WINDOW_TYPE_NORMAL": "window",
@@ -35,6 +35,11 @@ _ROLE_OF_TYPE = {
     "_NET_WM_WINDOW_TYPE_DOCK": "panel",
 }
 _MIN_WIDGET_PIXELS = 6
+# Window classes of apps that learn where the window manager put their windows only from the
+# pointer's motion. LibreOffice does (JWM frames and maximizes its window without the configure
+# event it would read), and until the pointer moves it places every widget of its accessibility
+# tree off by the frame's title bar, so a click placed from the screen text would miss.
+POSITION_FROM_MOTION = ("libreoffice-",)
 
 
 @dataclass
@@ -257,6 +262,15 @@ class Observer:
         reply = self.root.query_pointer()
         return reply.root_x, reply.root_y
 
+    def nudge_pointer(self) -> None:
+        """Move the pointer one pixel and back, leaving it where it was: the motion tells
+        apps of `POSITION_FROM_MOTION` where their windows are."""
+        x, y = self.pointer()
+        width = self.root.get_geometry().width
+        self.root.warp_pointer(x + 1 if x + 1 < width else x - 1, y)
+        self.root.warp_pointer(x, y)
+        self.display.sync()
+
 
 def _title_bar_buttons(client: Node, frame: tuple[int, int, int, int]) -> list[Node]:
     """JWM's minimize / maximize / close buttons, which it draws rather than makes windows.
@@ -303,8 +317,12 @@ def render_tree(nodes: list[Node], screen: tuple[int, int], pointer: tuple[int, 
 
 def screen_text(observer: Observer, session: DesktopSession) -> str:
     """What the agent reads (and the `accessibility_tree` getter returns): the X window
-    listing, then the apps' AT-SPI tree once an app has published one."""
-    text = render_tree(observer.tree(), (session.width, session.height), observer.pointer())
+    listing, then the apps' AT-SPI tree once an app has published one (the pointer nudged
+    first where an app of `POSITION_FROM_MOTION` shows a window)."""
+    nodes = observer.tree()
+    text = render_tree(nodes, (session.width, session.height), observer.pointer())
     if session.accessibility and observer.accessibility_bus_up():
+        if any(node.app.startswith(POSITION_FROM_MOTION) for node in nodes):
+            observer.nudge_pointer()
         text += "\n" + render_a11y(session.read_accessibility())
     return text

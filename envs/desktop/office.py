@@ -8,13 +8,22 @@ the document. The profile is seeded first instead: no first-start or tip dialog,
 new" bar, no document recovery, and no question on saving in a non-ODF format, so ctrl+s on an
 .xlsx saves it as .xlsx. (Some of OSWorld's post-config steps press Enter after ctrl+s to answer that
 question with "Use Excel 2007-365!"; unasked, the Enter lands in the already saved document.)
+
+After its window shows the file's title, LibreOffice goes on laying the window out for a moment,
+and it takes the position it ends with from the next pointer motion only (the screen text
+nudges the pointer for that, `observe.POSITION_FROM_MOTION`); `wait_until_laid_out` waits for
+that moment to pass, so that the first screen places LibreOffice's widgets where they are.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import PurePosixPath
 
+from Xlib import Xatom, error
+
 from envs.desktop.display import VM_HOME, DesktopSession
+from envs.desktop.observe import Observer
 
 __all__ = [
     "DOCUMENT_MODULES",
@@ -24,6 +33,7 @@ __all__ = [
     "module_of",
     "open_command",
     "seed_profile",
+    "wait_until_laid_out",
 ]
 
 # The document types xdg-open gives LibreOffice, and the module each opens in.
@@ -36,6 +46,11 @@ _PROGRAMS = frozenset({"soffice", "libreoffice", "localc", "lowriter", "loimpres
 _PROFILE = f"{VM_HOME}/.config/libreoffice/4/user/registrymodifications.xcu"
 # A cold start on a loaded two-core machine takes well over the few seconds other apps need.
 START_TIMEOUT_S = 60.0
+# LibreOffice's layout after the title shows changes its windows' size hints a few times, each
+# within half a second of the last on a loaded two-core machine; this long without a change
+# means it is done, and a layout never takes longer than the timeout.
+LAYOUT_QUIET_S = 1.0
+LAYOUT_TIMEOUT_S = 10.0
 # (configuration path, property, value) in LibreOffice's registry. The last version run is set
 # above any release's, so that no "you are running version N for the first time" bar takes a
 # row of the screen; no other setting reads it.
@@ -86,3 +101,32 @@ def seed_profile(session: DesktopSession) -> None:
     already (LibreOffice ran, and keeps its own settings)."""
     if session.read_file(_PROFILE) is None:
         session.write_file(_PROFILE, _registry(PROFILE_SETTINGS))
+
+
+def _size_hints(observer: Observer) -> list[tuple[int, ...]]:
+    """The WM_NORMAL_HINTS of LibreOffice's windows, which it sets as it lays them out."""
+    hints = []
+    for window in observer.client_windows():
+        try:
+            wm_class = window.get_wm_class()
+            if not wm_class or not wm_class[1].startswith("libreoffice-"):
+                continue
+            prop = window.get_full_property(Xatom.WM_NORMAL_HINTS, Xatom.WM_SIZE_HINTS)
+        except error.BadWindow:
+            continue
+        hints.append(tuple(prop.value) if prop is not None else ())
+    return hints
+
+
+def wait_until_laid_out(observer: Observer) -> None:
+    """Return once LibreOffice's windows have kept their size hints for `LAYOUT_QUIET_S`
+    (module docstring), or after `LAYOUT_TIMEOUT_S`."""
+    deadline = time.monotonic() + LAYOUT_TIMEOUT_S
+    last, changed_at = _size_hints(observer), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        hints = _size_hints(observer)
+        if hints != last:
+            last, changed_at = hints, time.monotonic()
+        elif time.monotonic() - changed_at >= LAYOUT_QUIET_S:
+            return

@@ -84,7 +84,8 @@ def _wait_until(ready: Callable[[], bool], timeout_s: float, what: str) -> None:
 def _start(context: StepContext, argv: list[str], title: str | None = None) -> None:
     """Start `argv` on the desktop and wait for its window: one whose title holds `title` where
     given (OSWorld's `open` waits for the file's name), else a new one. LibreOffice's profile is
-    seeded first (`office.seed_profile`), and its splash screen does not count as its window."""
+    seeded first (`office.seed_profile`), its splash screen does not count as its window, and
+    its window must be laid out (`office.wait_until_laid_out`)."""
     session, observer = context
     if shutil.which(argv[0]) is None:
         raise SetupError(f"cannot launch {argv[0]!r}: it is not installed here; "
@@ -106,6 +107,8 @@ def _start(context: StepContext, argv: list[str], title: str | None = None) -> N
     else:
         _wait_until(lambda: any(title in name for _, name in _windows(observer)), timeout_s,
                     f"no window whose title holds {title!r}")
+    if libreoffice:
+        office.wait_until_laid_out(observer)
 
 
 def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
