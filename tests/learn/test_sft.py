@@ -97,7 +97,7 @@ def test_sft_ids_equal_the_rollout_ids_for_the_same_turns(tokenizer, demos):
     actor = RolloutActor(EngineConfig(model="unused"), RolloutConfig(group_size=1))
     actor._tokenizer = tokenizer
 
-    async def replay(token_ids, max_tokens, seed, min_tokens, on_tokens=None):
+    async def replay(token_ids, max_tokens, seed, min_tokens, on_tokens=None, top_logprobs=0):
         ids = turns.pop(0)
         return SampledTurn(ids, [0.0] * len(ids), [0] * len(ids), "stop", stop)
 
