@@ -4,6 +4,7 @@ scripted sampler of test_openai_endpoint.py: rewards, seeds, failures and concur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -77,21 +78,31 @@ class SeededActor(ScriptedActor):
         return group_serial * 100 + index
 
 
+@contextlib.contextmanager
+def seeded_endpoint(tiny_model: Path, script: list[str]) -> Iterator[Served]:
+    """The scripted endpoint, its actor named and seeding as a rollout actor, playing `script`."""
+    state = Served(AutoTokenizer.from_pretrained(tiny_model))
+    state.actor = SeededActor(state.actor.tokenizer, script)
+    state.endpoint.actor = state.actor  # type: ignore[assignment]
+    try:
+        yield state
+    finally:
+        state.loop.run_until_complete(state.endpoint.stop())
+        state.loop.close()
+
+
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Served]:
-    state = Served(AutoTokenizer.from_pretrained(tiny_model))
-    state.actor = SeededActor(state.actor.tokenizer, SCRIPT)
-    state.endpoint.actor = state.actor  # type: ignore[assignment]
-    yield state
-    state.loop.run_until_complete(state.endpoint.stop())
-    state.loop.close()
+    with seeded_endpoint(tiny_model, SCRIPT) as state:
+        yield state
 
 
-def play(served: Served, agent_spec: str, size: int, **options: Any) -> Any:
+def play(served: Served, agent_spec: str, size: int, task: dict[str, Any] = TASK,
+         **options: Any) -> Any:
     episodes = AgentEpisodes(served.actor, served.endpoint,  # type: ignore[arg-type]
                              load_agent(agent_spec), **options)
     try:
-        return served.loop.run_until_complete(episodes.play_group(TASK, size, group_seed=3))
+        return served.loop.run_until_complete(episodes.play_group(task, size, group_seed=3))
     finally:
         episodes.shutdown()
 

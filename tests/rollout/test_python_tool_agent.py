@@ -10,11 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_agent_episodes import SeededActor
+from test_agent_episodes import SeededActor, play, seeded_endpoint
 from test_openai_endpoint import Served, call_text
-from transformers import AutoTokenizer
 
-from agent_rl.rollout.agents import AgentEpisodes, load_agent
 from agent_rl.rollout.episode import EnvThreads, run_episode
 from agent_rl.trajectory import END_TERMINATED, tool_calls
 from envs.python_tool import PythonToolEnv
@@ -35,23 +33,14 @@ SCRIPT = [
 
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Served]:
-    state = Served(AutoTokenizer.from_pretrained(tiny_model))
-    state.actor = SeededActor(state.actor.tokenizer, SCRIPT)
-    state.endpoint.actor = state.actor  # type: ignore[assignment]
-    yield state
-    state.loop.run_until_complete(state.endpoint.stop())
-    state.loop.close()
+    with seeded_endpoint(tiny_model, SCRIPT) as state:
+        yield state
 
 
 def test_the_agent_plays_the_env_loops_episode_token_for_token(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT))
-    episodes = AgentEpisodes(served.actor, served.endpoint,  # type: ignore[arg-type]
-                             load_agent("examples.python_tool_agent:run"))
-    try:
-        group = served.loop.run_until_complete(episodes.play_group(TASK, 1, group_seed=0))
-    finally:
-        episodes.shutdown()
+    group = play(served, "examples.python_tool_agent:run", 1, task=TASK)
     (played,) = group.trajectories
 
     env_actor = SeededActor(served.actor.tokenizer, SCRIPT)
