@@ -170,16 +170,26 @@ def compare_command(
     out: Annotated[Path | None, typer.Option(help="Write compare.md and compare.json here.")] = None,
     resamples: Annotated[int, typer.Option(min=100, help="Bootstrap resamples.")] = 2000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    same_episodes: Annotated[bool, typer.Option(
+        "--same-episodes", help="Also count the episodes the last two played identically "
+        "(transcript, token counts, turns, end, reward): e.g. the env loop against an agent "
+        "over the endpoint.")] = False,
 ) -> None:
     """Models evaluated on the same tasks, side by side: pass@1 per category, tool use, and the
     bootstrap CI of the last model's gain over the one before it."""
-    reports = {}
+    reports, paths = {}, {}
     for item in named_reports:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise EvalError(f"{item!r} is not NAME=EVAL_DIR (e.g. sft=runs/demo/eval-sft)")
-        reports[name] = load_report(Path(path))
-    _print_comparison(Console(), reports, out, resamples, seed)
+        reports[name], paths[name] = load_report(Path(path)), Path(path)
+    console = Console()
+    _print_comparison(console, reports, out, resamples, seed)
+    if same_episodes:
+        from agent_rl.evaluate.same_episodes import same_episodes as match_episodes
+
+        before, last = list(paths)[-2:]
+        console.print(match_episodes(paths[before], paths[last]).line(before, last))
 
 
 @contextmanager

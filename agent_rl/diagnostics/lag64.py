@@ -120,6 +120,7 @@ def run_lag64(config_path: Path, out_dir: Path = Path("runs/lag64"),
     """Train and evaluate each arm not done yet, then write the ablation's JSON and PNG;
     returns the JSON's content."""
     from agent_rl.learn.checkpoint import latest_checkpoint
+    from agent_rl.orchestrate.launch import resolve_run_model
     from agent_rl.orchestrate.pipeline import train
 
     overrides = dict(overrides or {})
@@ -140,9 +141,36 @@ def run_lag64(config_path: Path, out_dir: Path = Path("runs/lag64"),
         report = heldout_report(run_dir, run_dir / "eval", config, on_status,
                                 newer_than=latest_checkpoint(run_dir))
         figures = arm_figures(run_dir, config, report, sft_report, block)
+        figures["weights_changed_share"] = weights_changed_share(
+            resolve_run_model(config), latest_checkpoint(run_dir), config.dtype)
         (run_dir / ARM_FILE).write_text(json.dumps(figures, indent=1) + "\n")
         write_ablation(out_dir, start, sft_report, block)
     return json.loads((out_dir / ABLATION_JSON).read_text())
+
+
+def weights_changed_share(start: Path, checkpoint: Path | None, dtype: str) -> float | None:
+    """The share of weight entries that differ between the start, rounded to the arm's dtype as
+    the arm loads it, and the arm's last checkpoint: how far the policy the actors run moved.
+
+    In bf16 an Adam step of size lr changes an entry only once its fp32 master has moved half a
+    bf16 step, so a small lr can train for many updates while the sampled policy stays put."""
+    import torch
+    from safetensors import safe_open
+
+    from agent_rl.learn.hf_export import EXPORT_DIR
+
+    if checkpoint is None:
+        return None
+    precision = getattr(torch, dtype)
+    changed = total = 0
+    with safe_open(str(start / "model.safetensors"), "pt") as before, \
+            safe_open(str(checkpoint / EXPORT_DIR / "model.safetensors"), "pt") as after:
+        for name in before.keys():
+            old = before.get_tensor(name).to(precision)
+            new = after.get_tensor(name).to(precision)
+            changed += int((old != new).sum())
+            total += old.numel()
+    return changed / total
 
 
 def arm_figures(run_dir: Path, config: Any, report: Any, sft_report: Any,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from agent_rl.evaluate.report import (
     report_table,
     write_report,
 )
+from agent_rl.evaluate.same_episodes import same_episodes
 
 
 def _episode(
@@ -195,3 +197,27 @@ def test_a_report_says_how_many_episodes_lost_their_interpreter(tmp_path: Path):
     write_report(report, episodes, tmp_path)
     assert load_report(tmp_path).interpreter_death_rate == report.interpreter_death_rate
     assert "the tool interpreter died in 12.5% of episodes" in report_markdown(report)
+
+
+def test_same_episodes_counts_identical_transcripts_and_names_the_first_difference(
+        tmp_path: Path):
+    episodes = _unbalanced_episodes()
+    write_report(_report(episodes), episodes, tmp_path / "env")
+    other = [replace(episode, num_tool_calls=episode.num_tool_calls + 1) for episode in episodes]
+    other[3] = replace(other[3], transcript=[{"source": "model", "text": "another reply"}])
+    write_report(_report(other, model="agent"), other[:-1], tmp_path / "agent")
+
+    match = same_episodes(tmp_path / "env", tmp_path / "agent" / "report.json")
+
+    # Tool-call counts differ by definition between the paths and are not compared.
+    assert (match.identical, match.shared, match.only_in_one) == (14, 15, 1)
+    assert match.differing == ["arith-1#1: transcript"]
+    assert "14/15" in match.line("env", "agent")
+
+
+def test_same_episodes_needs_the_transcripts_file(tmp_path: Path):
+    episodes = _unbalanced_episodes()
+    write_report(_report(episodes), episodes, tmp_path / "a")
+    (tmp_path / "a" / "transcripts.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="transcripts.jsonl"):
+        same_episodes(tmp_path / "a", tmp_path / "a")

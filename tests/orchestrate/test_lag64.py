@@ -48,6 +48,7 @@ def test_the_lag64_experiment_writes_every_arms_measures_and_resumes(
         low, high = figures["heldout_ci95_vs_sft"]
         assert low <= figures["heldout_diff_vs_sft"] <= high
         assert len(figures["is_max_over_median"]) == 2 and figures["lag_hist"]
+        assert 0.0 <= figures["weights_changed_share"] <= 1.0
     arms = ablation["arms"]
     assert arms["matched"]["matched_kernels"] and not arms["stock"]["matched_kernels"]
     assert arms["stock_tis"]["loss_clip"] == 2.0 and arms["stock"]["loss_clip"] is None
