@@ -29,7 +29,7 @@ import logging
 import os
 import sqlite3
 import time
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from envs.desktop import file_cache
@@ -56,6 +56,7 @@ __all__ = [
     "CHROMIUM_FLAGS",
     "PROFILE_DIR",
     "Browser",
+    "cached_page",
     "is_chrome",
     "open_tabs",
     "close_tabs",
@@ -189,6 +190,14 @@ class Browser:
         self.devtools.close()
 
 
+def cached_page(url: str) -> Path | None:
+    """The cached file that answers a request for `url`. Chrome requests a bare host with a
+    `/` path (`https://www.airbnb.com/`), which tasks name without it, so a URL is also looked
+    up with its trailing `/` dropped or added."""
+    other = url[:-1] if url.endswith("/") else url + "/"
+    return file_cache.lookup(url) or file_cache.lookup(other)
+
+
 def start_browser(session: DesktopSession, argv: list[str]) -> Browser:
     """Start Chrome or Chromium (`argv`, flags kept) in the sandbox with `CHROMIUM_FLAGS` and
     its DevTools pipe; returns once the browser answers on it, attached to its tabs."""
@@ -200,7 +209,7 @@ def start_browser(session: DesktopSession, argv: list[str]) -> Browser:
     finally:
         os.close(command_read)
         os.close(message_write)
-    devtools = DevTools(command_write, message_read, serve=file_cache.lookup)
+    devtools = DevTools(command_write, message_read, serve=cached_page)
     browser = Browser(process, devtools)
     try:
         devtools.call("Browser.getVersion", timeout_s=START_TIMEOUT_S)
