@@ -8,6 +8,10 @@ small pages written here and put in the offline file cache under their URLs; the
 network. A scripted solution plays each task through the env's own actions, waiting for what it
 needs on the screen (the browser window's title, which names the loaded page); it scores 1, and
 DONE at once scores 0.
+
+The getters that ask the live browser (the active tab's URL, info and elements, the open tabs)
+and the profile-file ones are also called directly, with options as OSWorld's tasks pass them,
+on a cached page and an uncached one.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from pathlib import Path
 import pytest
 
 from envs.desktop import DesktopEnv, file_cache
-from envs.desktop.display import REQUIRED_PROGRAMS
+from envs.desktop.display import REQUIRED_PROGRAMS, DesktopSession
+from envs.desktop.evaluate import GETTERS, EvalContext
+from envs.desktop.observe import Observer
 from envs.desktop.oracle import Await
+from envs.desktop.setup_steps import run_steps
 from envs.tool_calls import format_tool_call
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_chrome"
@@ -128,3 +135,66 @@ def test_osworld_chrome_task_scores_a_scripted_solution_1_and_a_no_op_0(
     assert (reward, info.get("evaluation_error")) == (0.0, None)
     reward, info = play(env, task, SOLUTIONS[task_id])
     assert (reward, info.get("evaluation_error")) == (1.0, None)
+
+
+SHOP_URL = "https://www.shop.example/search/jerseys-women?id=7&price_min=60&sort=low"
+SHOP_PAGE = """<html><head><title>Shop</title></head><body>
+<div class="price"> $61 </div><div class="price">$75</div><div class="brand">Nike</div>
+<table><tr><td>Pick-up</td><td id="where"> Boston Logan </td></tr></table>
+<p>Total seats: <b>7</b></p><input id="from" value=" Seattle "></body></html>"""
+
+
+@pytest.fixture(scope="module")
+def shop_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvalContext]:
+    """A desktop whose Chromium shows a cached shop page in front of a second tab."""
+    folder = tmp_path_factory.mktemp("chrome-getters")
+    (folder / "shop.html").write_text(SHOP_PAGE)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGENT_RL_HOME", str(folder / "agent-rl-home"))
+        file_cache.add(SHOP_URL, folder / "shop.html")
+        with DesktopSession() as session:
+            observer = Observer(session.display)
+            run_steps((session, observer), [
+                {"type": "launch", "parameters": {"command": ["google-chrome",
+                                                              "--remote-debugging-port=1337"]}},
+                {"type": "chrome_open_tabs", "parameters": {"urls_to_open": [
+                    "https://www.uncached.example/", SHOP_URL]}}])
+            yield EvalContext(session, observer, ended_by="DONE")
+            observer.close()
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_browser_getters_read_the_active_tab_as_osworld_does(
+        shop_browser: EvalContext) -> None:
+    context = shop_browser
+    www = {"goto_prefix": "https://www."}
+    assert GETTERS["active_url_from_accessTree"](context, www) == SHOP_URL
+    assert GETTERS["active_url_from_accessTree"](context, {}) == SHOP_URL.replace("www.", "")
+    info = GETTERS["active_tab_info"](context, www)
+    assert (info["title"], info["url"]) == ("Shop", SHOP_URL) and "Boston Logan" in info["content"]
+    assert GETTERS["active_tab_url_parse"](context, www | {
+        "parse_keys": ["price_min", "sort"], "replace": {"sort": "order"}}) == {
+        "price_min": "60", "order": "low"}
+    assert GETTERS["url_dashPart"](context, www | {
+        "partIndex": -1, "needDeleteId": True, "returnType": "json", "key": "q"}) == {
+        "q": "jerseys-women"}
+    parse = GETTERS["active_tab_html_parse"]
+    assert parse(context, www | {"category": "class",
+                                 "class_multiObject": {"price": {"0": "low", "1": "high",
+                                                                 "5": "missing"}},
+                                 "class_singleObject": {"brand": "brand", "none": "x"}}) == {
+        "low": "$61", "high": "$75", "brand": "Nike"}
+    assert parse(context, {"category": "xpath",
+                           "xpathObject": {"//*[@id='where']": "where", "//nav": "nav"}}) == {
+        "where": "Boston Logan"}
+    assert parse(context, {"category": "input", "inputObject": {"//*[@id='from']": "from"}}) == {
+        "from": "Seattle"}
+    assert parse(context, {"category": "label", "labelObject": {"total SEATS": "seats"}}) == {
+        "seats": "Total seats: 7"}
+    tabs = GETTERS["open_tabs_info"](context, {})
+    assert sorted(tab["url"] for tab in tabs) == sorted([SHOP_URL, "https://www.uncached.example/"])
+    # The profile's files are read after the browser closes, which writes them.
+    assert GETTERS["enable_do_not_track"](context, {}) == "false"
+    assert GETTERS["bookmarks"](context, {}) == []  # none made: no Bookmarks file, as OSWorld
+    assert GETTERS["open_tabs_info"](context, {}) == []
