@@ -173,6 +173,8 @@ def _window_ids(session: DesktopSession, parameters: dict[str, Any]) -> list[str
     name = parameters.get("window_name")
     if not isinstance(name, str):
         raise SetupError(f"step needs a 'window_name' string, got {name!r}")
+    if name == "Google Chrome" and shutil.which("google-chrome") is None:
+        name = "Chromium"  # its stand-in's windows are titled "<page> - Chromium"
     by = "--class" if parameters.get("by_class") else "--name"
     pattern = f"^{name}$" if parameters.get("strict") else name
     result = session.xdotool(["search", "--onlyvisible", by, pattern])
