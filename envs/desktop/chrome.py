@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import sqlite3
+import subprocess
 import time
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -46,8 +47,6 @@ from envs.desktop.devtools import COMMAND_FD, MESSAGE_FD, DevTools, DevToolsErro
 from envs.desktop.display import VM_HOME, DesktopSession
 
 if TYPE_CHECKING:
-    import subprocess
-
     from envs.desktop.evaluate import EvalContext
 
 __all__ = [
@@ -184,7 +183,7 @@ class Browser:
                 pass
         try:
             self.process.wait(timeout=CLOSE_TIMEOUT_S)
-        except Exception:  # subprocess.TimeoutExpired; the session kills it at close
+        except subprocess.TimeoutExpired:  # the session kills it at its close
             logger.warning("the browser did not exit within %g s of Browser.close",
                            CLOSE_TIMEOUT_S)
         self.devtools.close()
