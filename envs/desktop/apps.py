@@ -14,6 +14,7 @@ from pathlib import PurePosixPath
 __all__ = [
     "APPS",
     "APT_PACKAGES",
+    "BROWSER_STAND_INS",
     "DESKTOP_PATH",
     "GTK_APPS",
     "OSWORLD_APPS",
@@ -33,6 +34,8 @@ APPS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 # OSWorld's Ubuntu VM runs GNOME's apps, and its tasks launch them by name.
 OSWORLD_APPS = {"gnome-terminal": "terminal", "gedit": "editor", "nautilus": "file_manager"}
+# Google Chrome is not a Debian package; Chromium takes the same flags and protocol.
+BROWSER_STAND_INS = {"google-chrome": "chromium", "google-chrome-stable": "chromium"}
 GTK_APPS = tuple(choices[0][0] for choices in APPS.values())
 # Everything the desktop env and its shipped tasks use, as Debian names it.
 APT_PACKAGES = ("xvfb jwm xdotool x11-utils x11-apps bubblewrap dbus at-spi2-core python3-gi "
@@ -48,8 +51,9 @@ OSWORLD_APT_PACKAGES = (f"{_LIBREOFFICE_PACKAGES} chromium gimp vlc thunderbird 
                         "python3-xlib python3-pil python3-tk python3-pip python-is-python3")
 # The Debian packages of the programs OSWorld's tasks start, for the error when one is missing.
 PROGRAM_PACKAGES = {"soffice": _LIBREOFFICE_PACKAGES, "libreoffice": _LIBREOFFICE_PACKAGES,
-                    "chromium": "chromium", "gimp": "gimp", "vlc": "vlc",
-                    "thunderbird": "thunderbird", "socat": "socat", "wmctrl": "wmctrl"}
+                    "chromium": "chromium", "google-chrome": "chromium", "gimp": "gimp",
+                    "vlc": "vlc", "thunderbird": "thunderbird", "socat": "socat",
+                    "wmctrl": "wmctrl"}
 # The PATH of every process on the desktop: its python3 is the first one there.
 DESKTOP_PATH = "/usr/local/bin:/usr/bin:/bin"
 # pyautogui is not packaged by Debian: pip installs it for the desktop's python3 into this
@@ -74,7 +78,10 @@ def app_command(role: str) -> list[str]:
 def stand_in(argv: list[str]) -> list[str]:
     """`argv` with an OSWorld GNOME app that is not installed swapped for this desktop's app of
     the same role (its arguments, files or folders, kept; gnome-terminal's `--` before a
-    command becomes xfce4-terminal's `-x`)."""
+    command becomes xfce4-terminal's `-x`), and Google Chrome for Chromium (its flags kept)."""
+    browser = BROWSER_STAND_INS.get(argv[0]) if argv else None
+    if browser is not None and not shutil.which(argv[0]) and shutil.which(browser):
+        return [browser, *argv[1:]]
     role = OSWORLD_APPS.get(argv[0]) if argv else None
     if role is None or shutil.which(argv[0]):
         return argv

@@ -30,7 +30,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
-from envs.desktop.apps import APPS, DESKTOP_PATH, OSWORLD_APPS, PYTHON_SITE
+from envs.desktop.apps import APPS, BROWSER_STAND_INS, DESKTOP_PATH, OSWORLD_APPS, PYTHON_SITE
+from envs.desktop.chrome_metrics import PREFERENCE_READERS
 from envs.desktop.docs_metrics import DOCX_OPTIONS
 from envs.desktop.evaluate import GETTERS, INFEASIBLE, METRICS
 from envs.desktop.file_cache import task_urls
@@ -74,6 +75,8 @@ STEP_PARAMETERS: dict[str, frozenset[str]] = {
     "close_window": frozenset({"window_name", "strict", "by_class"}),
     "upload_file": frozenset({"files"}),
     "create_file": frozenset({"path", "content"}),
+    "chrome_open_tabs": frozenset({"urls_to_open"}),
+    "chrome_close_tabs": frozenset({"urls_to_close"}),
 }
 # The keys each getter reads besides `type`. `vm_file`'s `dest` only names OSWorld's local copy;
 # ours keeps the desktop file's name, so a metric sees the same file type.
@@ -88,6 +91,24 @@ GETTER_KEYS: dict[str, frozenset[str]] = {
     "accessibility_tree": frozenset(),
     "cloud_file": frozenset({"path", "dest", "multi", "gives"}),
     "cache_file": frozenset({"path"}),
+    # Chrome's (`envs.desktop.chrome`). `active_tab_info` and `active_tab_html_parse` read the
+    # active tab itself, so their `goto_prefix` (where OSWorld reloads it from) changes nothing.
+    "active_url_from_accessTree": frozenset({"goto_prefix"}),
+    "active_tab_info": frozenset({"goto_prefix"}),
+    "active_tab_html_parse": frozenset({"goto_prefix", "category", "class_multiObject",
+                                        "class_singleObject", "labelObject", "xpathObject",
+                                        "inputObject"}),
+    "active_tab_url_parse": frozenset({"goto_prefix", "parse_keys", "replace"}),
+    "url_dashPart": frozenset({"goto_prefix", "partIndex", "needDeleteId", "returnType",
+                               "key"}),
+    "open_tabs_info": frozenset(),
+    "page_info": frozenset({"url"}),
+    "bookmarks": frozenset(),
+    "history": frozenset({"dest"}),
+    "cookie_data": frozenset({"dest"}),
+    "rule_relativeTime": frozenset({"rules"}),
+    "shortcuts_on_desktop": frozenset(),
+    **{name: frozenset() for name in PREFERENCE_READERS},
 }
 # The `options` each metric takes. OSWorld's `literal_match` also takes `type: list`.
 # `compare_table`'s rules are checked one by one (`_table_rule_parts`): each rule's type, keys
@@ -105,6 +126,18 @@ METRIC_OPTIONS: dict[str, frozenset[str]] = {
     "compare_docx_files": DOCX_OPTIONS,
     "compare_line_spacing": frozenset(),
     "compare_docx_tables": frozenset(),
+    "is_expected_active_tab": frozenset(),
+    "is_expected_url_pattern_match": frozenset(),
+    "is_expected_tabs": frozenset(),
+    "is_expected_bookmarks": frozenset(),
+    "is_expected_installed_extensions": frozenset(),
+    "check_list": frozenset(),
+    "check_font_size": frozenset(),
+    "check_enabled_experiments": frozenset(),
+    "is_cookie_deleted": frozenset(),
+    "check_history_deleted": frozenset(),
+    "is_shortcut_on_desktop": frozenset(),
+    "is_added_to_steam_cart": frozenset(),
 }
 _EVALUATOR_KEYS = frozenset({"func", "result", "expected", "options", "conj", "postconfig"})
 # `open` is xdg-open in OSWorld's VM, which picks the app by file type; here folders go to the
@@ -336,10 +369,12 @@ def _format_parts(task: dict[str, Any]) -> list[Part]:
 
 
 def _program(argv0: str) -> App:
-    """A launched program; OSWorld's GNOME apps may be played by this desktop's stand-ins
-    (`apps.stand_in`)."""
+    """A launched program; OSWorld's GNOME apps and Google Chrome may be played by this
+    desktop's stand-ins (`apps.stand_in`)."""
     role = OSWORLD_APPS.get(argv0)
     stand_ins = tuple(argv[0] for argv in APPS[role]) if role else ()
+    if argv0 in BROWSER_STAND_INS:
+        stand_ins = (BROWSER_STAND_INS[argv0],)
     return App(PurePosixPath(argv0).name, (argv0, *stand_ins))
 
 

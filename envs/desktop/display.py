@@ -18,6 +18,7 @@ app planted resolves inside the sandbox's view, never on the host.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import itertools
 import logging
@@ -30,8 +31,9 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envs.desktop.accessibility import (
     BUS_SOCKET,
@@ -45,6 +47,9 @@ from envs.desktop.accessibility import (
 from envs.desktop.apps import APT_PACKAGES, DESKTOP_PATH, PYTHON_SITE, app_command
 from sandbox import host_uids
 from sandbox.backends.bwrap import system_mounts
+
+if TYPE_CHECKING:
+    from envs.desktop.chrome import Browser
 
 __all__ = [
     "ETC_ENTRIES",
@@ -66,12 +71,14 @@ ROOT_MENU_LABELS = ("Terminal", "Text editor", "File manager")  # the right-clic
 REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap", "setpriv")
 # The host's /etc as far as the apps read it: linker cache, fonts, GTK, X and D-Bus config,
 # terminfo, time zone, the shells' start-up files, Debian's python3 config, LibreOffice's
-# configuration schema (Debian keeps it there; LibreOffice aborts at start without it).
+# configuration schema (Debian keeps it there; LibreOffice aborts at start without it),
+# Chromium's default flags and first-run preferences (its start script sources
+# /etc/chromium.d/* and exits without them).
 # Entries missing on a host are skipped.
-ETC_ENTRIES = ("alternatives", "bash.bashrc", "dbus-1", "fonts", "gtk-2.0", "gtk-3.0", "inputrc",
-               "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "libreoffice", "locale.alias",
-               "localtime", "mime.types", "nsswitch.conf", "os-release", "profile", "python3",
-               "shells", "terminfo", "timezone", "X11", "xdg")
+ETC_ENTRIES = ("alternatives", "bash.bashrc", "chromium", "chromium.d", "dbus-1", "fonts",
+               "gtk-2.0", "gtk-3.0", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+               "libreoffice", "locale.alias", "localtime", "mime.types", "nsswitch.conf",
+               "os-release", "profile", "python3", "shells", "terminfo", "timezone", "X11", "xdg")
 # The font cache: without it every app start rebuilds it, seconds on a loaded machine.
 _HOST_CACHES = ("/var/cache/fontconfig",)
 _MAX_READ_BYTES = 64 << 20  # a file an evaluator reads back; more is cut
@@ -174,6 +181,8 @@ class DesktopSession:
                          self.tmp / ".X11-unix"):
                 os.chown(path, self.host_uid, self.host_uid)
         self.display = ""
+        # The browser a `launch` of Chrome or Chromium started, with its DevTools connection.
+        self.browser: Browser | None = None
         self._processes: list[subprocess.Popen[bytes]] = []
         self._copies = itertools.count()
         # Kills Xvfb and the apps even if the owner never calls close() (a crashed rollout).
@@ -356,14 +365,22 @@ class DesktopSession:
             *argv,
         ]
 
-    def launch(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
-        """Start an app in the sandbox in the background; it is killed at `close()`."""
+    def launch(self, argv: Sequence[str],
+               child_fds: Mapping[int, int] | None = None) -> subprocess.Popen[bytes]:
+        """Start an app in the sandbox in the background; it is killed at `close()`.
+
+        `child_fds` maps an fd number the app expects (Chromium's debugging pipe is its fds 3
+        and 4) to our fd that it should be; the sandbox passes them through.
+        """
+        wanted = dict(child_fds or {})
         process = subprocess.Popen(
             self.sandbox_argv(argv),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            pass_fds=tuple(wanted),
+            preexec_fn=functools.partial(_place_fds, wanted) if wanted else None,
         )
         self._processes.append(process)
         return process
@@ -469,6 +486,8 @@ class DesktopSession:
     def close(self) -> None:
         """Kill every process this episode started and delete its temp folder."""
         self._finalizer()
+        if self.browser is not None:
+            self.browser.devtools.close()
 
 
 @functools.cache
@@ -478,6 +497,16 @@ def _host_binds() -> tuple[str, ...]:
     host_files = [arg for path in (*(f"/etc/{name}" for name in ETC_ENTRIES), *_HOST_CACHES)
                   if os.path.lexists(path) for arg in ("--ro-bind", path, path)]
     return (*system_mounts(), *host_files)
+
+
+def _place_fds(wanted: dict[int, int]) -> None:
+    """In a child before exec: make each wanted fd number a copy of its source fd. The sources
+    are first copied above every wanted number, so that placing one cannot overwrite another's
+    source."""
+    floor = max(wanted) + 1
+    lifted = {number: fcntl.fcntl(source, fcntl.F_DUPFD, floor) for number, source in wanted.items()}
+    for number, source in lifted.items():
+        os.dup2(source, number)
 
 
 def _kill_and_remove(processes: list[subprocess.Popen[bytes]], root: Path,

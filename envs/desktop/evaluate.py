@@ -4,7 +4,8 @@ An evaluator is `{"func": metric, "result": getter, "expected": getter, "options
 lists of each joined by `"conj": "and" | "or"`, as in OSWorld. Getters and metrics are looked up
 by name; `check_evaluator` rejects an unknown one at reset, naming it, so a task never runs for
 nothing. Getters named as in OSWorld behave as there; `window_titles`, `active_window_title`
-and `accessibility_tree` are ours and read the X server.
+and `accessibility_tree` are ours and read the X server. Chrome's getters and metrics are in
+`envs.desktop.chrome` and `envs.desktop.chrome_metrics`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from envs.desktop import file_cache
+from envs.desktop import chrome_metrics, file_cache
+from envs.desktop.chrome import CHROME_GETTERS
 from envs.desktop.display import DesktopSession
 from envs.desktop.docs_metrics import compare_docx_files, compare_docx_tables, compare_line_spacing
 from envs.desktop.observe import Observer, screen_text
@@ -172,6 +174,7 @@ GETTERS: dict[str, Callable[[EvalContext, dict[str, Any]], Any]] = {
     "accessibility_tree": get_accessibility_tree,
     "cloud_file": get_cloud_file,
     "cache_file": get_cache_file,
+    **CHROME_GETTERS,
 }
 
 
@@ -272,6 +275,18 @@ METRICS: dict[str, Callable[..., float]] = {
     "compare_docx_files": compare_docx_files,
     "compare_line_spacing": compare_line_spacing,
     "compare_docx_tables": compare_docx_tables,
+    "is_expected_active_tab": chrome_metrics.is_expected_active_tab,
+    "is_expected_url_pattern_match": chrome_metrics.is_expected_url_pattern_match,
+    "is_expected_tabs": chrome_metrics.is_expected_tabs,
+    "is_expected_bookmarks": chrome_metrics.is_expected_bookmarks,
+    "is_expected_installed_extensions": chrome_metrics.is_expected_installed_extensions,
+    "check_list": chrome_metrics.check_list,
+    "check_font_size": chrome_metrics.check_font_size,
+    "check_enabled_experiments": chrome_metrics.check_enabled_experiments,
+    "is_cookie_deleted": chrome_metrics.is_cookie_deleted,
+    "check_history_deleted": chrome_metrics.check_history_deleted,
+    "is_shortcut_on_desktop": chrome_metrics.is_shortcut_on_desktop,
+    "is_added_to_steam_cart": chrome_metrics.is_added_to_steam_cart,
 }
 INFEASIBLE = "infeasible"
 

@@ -2,9 +2,10 @@
 
 Supported step types: `launch`, `execute`, `command`, `sleep`, `open`, `activate_window`,
 `close_window`, `download` (served offline from `file_cache`), `upload_file` (from files shipped
-beside the tasks) and `create_file`, our way to put a file with given text on the desktop.
-OSWorld's screen placeholders (`{SCREEN_WIDTH_HALF}`, ...) are filled in every parameter.
-Anything else (`chrome_open_tabs`, `googledrive`, ...) is rejected up front, every one by name.
+beside the tasks), `chrome_open_tabs` and `chrome_close_tabs` (through the browser's DevTools
+pipe, `envs.desktop.chrome`) and `create_file`, our way to put a file with given text on the
+desktop. OSWorld's screen placeholders (`{SCREEN_WIDTH_HALF}`, ...) are filled in every
+parameter. Anything else (`googledrive`, ...) is rejected up front, every one by name.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from Xlib import error
 
-from envs.desktop import file_cache, office
+from envs.desktop import chrome, file_cache, office
 from envs.desktop.apps import app_command, missing_program_hint, stand_in
 from envs.desktop.display import DesktopSession
 from envs.desktop.observe import Observer
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 FILES_DIR = Path(__file__).parent / "tasks" / "files"
 _LAUNCH_TIMEOUT_S = 5.0
+# Programs OSWorld's tasks launch that open no window (socat relays Chrome's debugging port),
+# so nothing is waited for.
+WINDOWLESS_PROGRAMS = frozenset({"socat"})
 
 
 class UnsupportedTaskStep(ValueError):
@@ -90,6 +94,15 @@ def _start(context: StepContext, argv: list[str], title: str | None = None) -> N
     if shutil.which(argv[0]) is None:
         raise SetupError(f"cannot launch {argv[0]!r}: it is not installed here; "
                          f"{missing_program_hint(argv[0])}")
+    if PurePosixPath(argv[0]).name in WINDOWLESS_PROGRAMS:
+        session.launch(argv)
+        return
+    if chrome.is_chrome(argv):
+        before = len(observer.client_windows())
+        chrome.start_browser(session, argv)
+        _wait_until(lambda: len(observer.client_windows()) > before, chrome.START_TIMEOUT_S,
+                    f"no window of {argv[0]!r}")
+        return
     libreoffice = office.is_libreoffice(argv)
     if libreoffice:
         office.seed_profile(session)
@@ -160,6 +173,8 @@ def _window_ids(session: DesktopSession, parameters: dict[str, Any]) -> list[str
     name = parameters.get("window_name")
     if not isinstance(name, str):
         raise SetupError(f"step needs a 'window_name' string, got {name!r}")
+    if name == "Google Chrome" and shutil.which("google-chrome") is None:
+        name = "Chromium"  # its stand-in's windows are titled "<page> - Chromium"
     by = "--class" if parameters.get("by_class") else "--name"
     pattern = f"^{name}$" if parameters.get("strict") else name
     result = session.xdotool(["search", "--onlyvisible", by, pattern])
@@ -211,6 +226,14 @@ def _download(context: StepContext, parameters: dict[str, Any]) -> None:
         session.write_file(path, source.read_bytes())
 
 
+def _chrome_open_tabs(context: StepContext, parameters: dict[str, Any]) -> None:
+    chrome.open_tabs(context[0], list(parameters.get("urls_to_open", [])))
+
+
+def _chrome_close_tabs(context: StepContext, parameters: dict[str, Any]) -> None:
+    chrome.close_tabs(context[0], list(parameters.get("urls_to_close", [])))
+
+
 SUPPORTED_STEPS: dict[str, Callable[[StepContext, dict[str, Any]], None]] = {
     "download": _download,
     "launch": _launch,
@@ -222,6 +245,8 @@ SUPPORTED_STEPS: dict[str, Callable[[StepContext, dict[str, Any]], None]] = {
     "close_window": _close_window,
     "upload_file": _upload_file,
     "create_file": _create_file,
+    "chrome_open_tabs": _chrome_open_tabs,
+    "chrome_close_tabs": _chrome_close_tabs,
 }
 
 

@@ -286,23 +286,23 @@ def test_unsupported_steps_and_evaluators_are_named_in_the_error() -> None:
     evaluator = task["evaluator"] | {"func": "compare_pdfs"}
     with pytest.raises(UnsupportedEvaluator, match="'compare_pdfs'"):
         check_task(task | {"evaluator": evaluator})
-    getter = task["evaluator"] | {"result": {"type": "active_tab_info", "goto_prefix": "x"}}
-    with pytest.raises(UnsupportedEvaluator, match="'active_tab_info'"):
+    getter = task["evaluator"] | {"result": {"type": "vlc_config", "dest": "vlcrc"}}
+    with pytest.raises(UnsupportedEvaluator, match="'vlc_config'"):
         check_task(task | {"evaluator": getter})
 
 
 def test_one_check_lists_every_unsupported_piece_of_a_task() -> None:
     task = json.loads(OSWORLD_TASK.read_text())
     broken = task | {
-        "config": [{"type": "chrome_open_tabs", "parameters": {}}, *task["config"],
+        "config": [{"type": "update_browse_history", "parameters": {}}, *task["config"],
                    {"type": "googledrive", "parameters": {}}],
         "evaluator": task["evaluator"] | {"func": "compare_pdfs",
-                                          "result": {"type": "active_tab_info"}},
+                                          "result": {"type": "vlc_config"}},
     }
     with pytest.raises(UnsupportedTaskParts) as error:
         check_task(broken)
-    for piece in ("config[0]", "'chrome_open_tabs'", f"config[{len(task['config']) + 1}]",
-                  "'googledrive'", "'compare_pdfs'", "'active_tab_info'"):
+    for piece in ("config[0]", "'update_browse_history'", f"config[{len(task['config']) + 1}]",
+                  "'googledrive'", "'compare_pdfs'", "'vlc_config'"):
         assert piece in str(error.value)
 
 
@@ -642,6 +642,12 @@ def test_osworld_gnome_apps_stand_in_for_this_desktops_apps(monkeypatch) -> None
     assert apps.stand_in(["mousepad"]) == ["mousepad"]
     installed.add("gedit")  # the real one, where it is installed
     assert apps.stand_in(["gedit"]) == ["gedit"]
+    # Google Chrome is played by Chromium, its flags kept, where only Chromium is installed.
+    assert apps.stand_in(["google-chrome", "--remote-debugging-port=1337"]) == [
+        "google-chrome", "--remote-debugging-port=1337"]
+    installed.add("chromium")
+    assert apps.stand_in(["google-chrome", "--remote-debugging-port=1337"]) == [
+        "chromium", "--remote-debugging-port=1337"]
 
 
 @needs_desktop

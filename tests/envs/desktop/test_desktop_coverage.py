@@ -109,8 +109,11 @@ def test_related_apps_and_launched_programs_map_to_the_programs_they_need() -> N
     assert calc.implemented and calc.missing_apps == ("libreoffice",)
     assert coverage_of("calc-infeasible-macro", "soffice").missing_apps == ("libreoffice",)
     assert coverage_of("calc-infeasible-macro", "libreoffice", "soffice").runnable
-    assert coverage_of("chrome-open-docs-tab", "chromium").missing_apps == ("google-chrome",
-                                                                           "socat")
+    # google-chrome launched by name: Chromium stands in for it (`apps.BROWSER_STAND_INS`).
+    assert coverage_of("chrome-open-docs-tab").missing_apps == ("chrome", "google-chrome",
+                                                                "socat")
+    assert coverage_of("chrome-open-docs-tab", "chromium").missing_apps == ("socat",)
+    assert coverage_of("chrome-open-docs-tab", "chromium", "socat").runnable
     assert coverage_of("vlc-minimal-view").missing_apps == ("vlc",)
     assert coverage_of("gimp-list-layers").missing_apps == ("gimp",)
 

@@ -169,6 +169,24 @@ def _sandboxed_processes(display: str) -> list[int]:
     return pids
 
 
+def _descendants(root: int) -> list[int]:
+    """Host pids of every process below `root`."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit():
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+        except OSError:
+            continue
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
 def _host_uid(pid: int) -> int:
     line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                 if line.startswith("Uid:"))
@@ -205,6 +223,47 @@ def test_libreoffice_runs_as_the_episode_user_and_writes_only_its_home(env: Desk
     assert not any(Path(folder, "escape").exists()
                    for folder in ("/etc/libreoffice", "/usr/lib/libreoffice", PYTHON_SITE))
     assert session.is_dir("~/.config/libreoffice/4/user")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="Chromium is not installed (`make desktop-apps`)")
+def test_chromium_runs_as_the_episode_user_and_reaches_no_network_or_host_file(
+        env: DesktopEnv) -> None:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+    port = server.getsockname()[1]
+    env.reset(options={"task": a_task(config=[
+        {"type": "launch", "parameters": {"command": ["google-chrome",
+                                                      "--remote-debugging-port=1337"]}},
+        {"type": "chrome_open_tabs", "parameters": {"urls_to_open": [
+            f"http://127.0.0.1:{port}/", f"file://{PROJECT}/pyproject.toml",
+            "file:///etc/shadow"]}}])})
+    session = env._session
+    assert session is not None and session.display and session.browser is not None
+    # Chromium writes over its environment (its process titles), so its processes are found
+    # as the descendants of the sandbox it was started in.
+    browser = [pid for pid in _descendants(session.browser.process.pid)
+               if Path(f"/proc/{pid}/comm").read_text().strip() == "chromium"]
+    expected = session.host_uid if os.geteuid() == 0 else os.geteuid()
+    assert browser and {_host_uid(pid) for pid in browser} == {expected} and expected != 0
+    # Each tab keeps its URL, and none of them got through: no connection reached the host's
+    # listener, and neither file was there to read.
+    tabs = session.browser.tabs()
+    assert len(tabs) == 3
+    for tab in tabs:
+        text = session.browser.evaluate(tab["targetId"], "document.body.innerText") or ""
+        assert 'name = "agent-rl"' not in text and "root:" not in text
+    with pytest.raises(BlockingIOError):
+        server.accept()
+    server.close()
+    # Its debugging port listens on the sandbox's own loopback, not the host's.
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", 1337), timeout=2).close()
+    # Its profile is in the episode's home.
+    assert session.is_dir("~/.config/google-chrome/Default")
 
 
 def test_a_hostile_set_up_step_reads_nothing_of_the_host(env: DesktopEnv) -> None:
