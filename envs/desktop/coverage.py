@@ -40,6 +40,7 @@ from envs.desktop.setup_steps import SUPPORTED_STEPS
 from envs.desktop.slides_metrics import SLIDE_OPTIONS
 from envs.desktop.table_metrics import FUZZY_CHECK_KEYS, PARTIAL_RULES, RULE_KEYS, RULE_PROPERTIES
 from envs.desktop.tasks import TaskFormatError, UnsupportedTaskParts, check_task
+from envs.desktop.writer_metrics import WRITER_OPTIONS
 from envs.errors import EnvsError
 
 __all__ = [
@@ -62,13 +63,13 @@ __all__ = [
     "task_coverage",
 ]
 
-# The parameters each supported set-up step reads. OSWorld's `execute` also takes `stdout` and
-# `stderr` (files its output goes to, read back by `cache_file`) and `until`; ours does not.
+# The parameters each supported set-up step reads. OSWorld's `execute` also takes `until` (run
+# again until the output holds a string); ours does not, and no task of its set passes it.
 STEP_PARAMETERS: dict[str, frozenset[str]] = {
     "download": frozenset({"files"}),
     "launch": frozenset({"command", "shell"}),
-    "execute": frozenset({"command", "shell", "timeout"}),
-    "command": frozenset({"command", "shell", "timeout"}),
+    "execute": frozenset({"command", "shell", "timeout", "stdout", "stderr"}),
+    "command": frozenset({"command", "shell", "timeout", "stdout", "stderr"}),
     "sleep": frozenset({"seconds"}),
     "open": frozenset({"path"}),
     "activate_window": frozenset({"window_name", "strict", "by_class"}),
@@ -78,12 +79,13 @@ STEP_PARAMETERS: dict[str, frozenset[str]] = {
     "chrome_open_tabs": frozenset({"urls_to_open"}),
     "chrome_close_tabs": frozenset({"urls_to_close"}),
 }
-# The keys each getter reads besides `type`. `vm_file`'s `dest` only names OSWorld's local copy;
-# ours keeps the desktop file's name, so a metric sees the same file type.
+# The keys each getter reads besides `type`. A single `vm_file`'s `dest` only names OSWorld's
+# local copy; ours keeps the desktop file's name, so a metric sees the same file type. With
+# `multi` the files are copied under their `dest` names. Its `time_suffix` is not handled.
 GETTER_KEYS: dict[str, frozenset[str]] = {
     "vm_command_line": frozenset({"command", "shell", "timeout"}),
     "vm_command_error": frozenset({"command", "shell", "timeout"}),
-    "vm_file": frozenset({"path", "dest"}),
+    "vm_file": frozenset({"path", "dest", "multi", "gives"}),
     "rule": frozenset({"rules"}),
     "list_directory": frozenset({"path"}),
     "window_titles": frozenset(),
@@ -138,6 +140,21 @@ METRIC_OPTIONS: dict[str, frozenset[str]] = {
     "check_history_deleted": frozenset(),
     "is_shortcut_on_desktop": frozenset(),
     "is_added_to_steam_cart": frozenset(),
+    "compare_csv": frozenset({"strict", "ignore_case"}),
+    "check_csv": frozenset(),
+    "check_json": frozenset({"is_yaml"}),
+    "diff_text_file": frozenset(),
+    "compare_archive": frozenset({"file_path", "file_type"}),
+    "compare_zip_files": frozenset(),
+    "run_sqlite3": frozenset(),
+    "file_contains": frozenset(),
+    "check_line_number": frozenset(),
+    "compare_python_pure_text": frozenset(),
+    "compare_pdfs": frozenset(),
+    "check_pdf_pages": frozenset(),
+    "check_thunderbird_prefs": frozenset(),
+    "check_thunderbird_filter": frozenset(),
+    **WRITER_OPTIONS,
 }
 _EVALUATOR_KEYS = frozenset({"func", "result", "expected", "options", "conj", "postconfig"})
 # `open` is xdg-open in OSWorld's VM, which picks the app by file type; here folders go to the

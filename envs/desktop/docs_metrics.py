@@ -28,14 +28,17 @@ from docx import Document
 from docx.document import Document as DocxDocument
 from rapidfuzz import fuzz
 
-__all__ = ["DOCX_OPTIONS", "compare_docx_files", "compare_docx_tables", "compare_line_spacing"]
+__all__ = ["DOCX_OPTIONS", "compare_docx_files", "compare_docx_tables", "compare_line_spacing",
+           "open_docx"]
 
 logger = logging.getLogger(__name__)
 
 DOCX_OPTIONS = frozenset({"ignore_blanks", "ignore_case", "ignore_order", "content_only"})
 
 
-def _open_docx(path: str | None) -> DocxDocument | None:
+def open_docx(path: str | None) -> DocxDocument | None:
+    """The .docx document at `path`, or None (logged) where there is none or python-docx
+    cannot read it: OSWorld's Writer metrics score such a file 0."""
     if not path or not str(path).endswith(".docx"):
         if path:
             logger.info("%s is no .docx file; OSWorld's Writer metrics here read .docx only", path)
@@ -54,7 +57,7 @@ def _collapsed(paragraphs: list[str]) -> str:
 def compare_docx_files(result: str | None, expected: str | None, **options: Any) -> float:
     """1 if the documents' paragraphs read the same under the options (module doc); with
     `content_only`, their similarity from 0 to 1."""
-    documents = [_open_docx(result), _open_docx(expected)]
+    documents = [open_docx(result), open_docx(expected)]
     if None in documents:
         return 0.0
     paragraphs1, paragraphs2 = ([paragraph.text for paragraph in document.paragraphs]
@@ -80,7 +83,7 @@ def compare_line_spacing(result: str | None, expected: str | None) -> float:
     the same line spacing (python-docx's: a multiple of lines, or a length)."""
     if not compare_docx_files(result, expected):
         return 0.0
-    document1, document2 = _open_docx(result), _open_docx(expected)
+    document1, document2 = open_docx(result), open_docx(expected)
     assert document1 is not None and document2 is not None  # compare_docx_files opened them
     paragraphs1, paragraphs2 = document1.paragraphs, document2.paragraphs
     return float(len(paragraphs1) == len(paragraphs2) and all(
@@ -90,7 +93,7 @@ def compare_line_spacing(result: str | None, expected: str | None) -> float:
 
 def compare_docx_tables(result: str | None, expected: str | None) -> float:
     """1 if the documents have the same tables: count, rows, columns and stripped cell texts."""
-    document1, document2 = _open_docx(result), _open_docx(expected)
+    document1, document2 = open_docx(result), open_docx(expected)
     if document1 is None or document2 is None or len(document1.tables) != len(document2.tables):
         return 0.0
     for table1, table2 in zip(document1.tables, document2.tables, strict=True):

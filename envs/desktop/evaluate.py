@@ -18,19 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from envs.desktop import chrome_metrics, file_cache
+from envs.desktop import chrome_metrics, file_cache, file_metrics, pdf_metrics, thunderbird
 from envs.desktop.chrome import CHROME_GETTERS
 from envs.desktop.display import DesktopSession
 from envs.desktop.docs_metrics import compare_docx_files, compare_docx_tables, compare_line_spacing
 from envs.desktop.observe import Observer, screen_text
 from envs.desktop.slides_metrics import compare_pptx_files
 from envs.desktop.table_metrics import compare_table
+from envs.desktop.writer_metrics import WRITER_METRICS
 
 __all__ = [
     "GETTERS",
     "METRICS",
     "EvalContext",
     "UnsupportedEvaluator",
+    "cache_file_name",
     "check_evaluator",
     "evaluate",
     "task_cache_dir",
@@ -70,11 +72,34 @@ def get_vm_command_error(context: EvalContext, config: dict[str, Any]) -> str:
     return _command_output(context, config, "stderr")
 
 
-def get_vm_file(context: EvalContext, config: dict[str, Any]) -> str | None:
+def get_vm_file(context: EvalContext, config: dict[str, Any]) -> str | None | list[str | None]:
     """Host path of a private copy of a desktop file, or None if it does not exist (OSWorld
-    copies it out of the VM)."""
-    copy = context.session.copy_out(config["path"])
-    return str(copy) if copy is not None else None
+    copies it out of the VM).
+
+    With `multi: true`, `path` and `dest` are lists and each file is copied into the task cache
+    under its `dest` name, as OSWorld does, so files a metric reads together (a workbook and
+    the CSV export beside it that `compare_table`'s `sheet_print` looks for) lie side by side
+    under the names the task gave. `gives` (default `[0]`) picks which the metric gets, in the
+    order of `path`, a missing one as None: one given is returned alone, several as a list.
+    """
+    if not config.get("multi", False):
+        copy = context.session.copy_out(config["path"])
+        return str(copy) if copy is not None else None
+    paths, dests = list(config["path"]), list(config["dest"])
+    if len(paths) != len(dests):
+        raise ValueError(f"vm_file has {len(paths)} paths in 'path' but {len(dests)} names in "
+                         "'dest'; give one name per path")
+    folder = task_cache_dir(context.session)
+    gives = set(config.get("gives", [0]))
+    given: list[str | None] = []
+    for index, (path, dest) in enumerate(zip(paths, dests, strict=True)):
+        data = context.session.read_file(path)
+        target = folder / cache_file_name(dest)
+        if data is not None:
+            target.write_bytes(data)
+        if index in gives:
+            given.append(str(target) if data is not None else None)
+    return given[0] if len(given) == 1 else given
 
 
 def get_rule(context: EvalContext, config: dict[str, Any]) -> Any:
@@ -111,7 +136,7 @@ def task_cache_dir(session: DesktopSession) -> Path:
     return folder
 
 
-def _file_name(dest: Any) -> str:
+def cache_file_name(dest: Any) -> str:
     """`dest` as a file name in the task cache: its last part, so no name leaves the folder."""
     name = PurePosixPath(str(dest)).name
     if name in ("", ".", ".."):
@@ -143,7 +168,7 @@ def get_cloud_file(context: EvalContext, config: dict[str, Any]) -> str | list[s
     gives = set(config.get("gives", [0]))
     given = []
     for index, (url, dest) in enumerate(zip(urls, dests, strict=True)):
-        target = folder / _file_name(dest)
+        target = folder / cache_file_name(dest)
         shutil.copyfile(file_cache.lookup(url), target)  # a metric may not alter the cache
         if index in gives:
             given.append(str(target))
@@ -153,8 +178,8 @@ def get_cloud_file(context: EvalContext, config: dict[str, Any]) -> str | list[s
 def get_cache_file(context: EvalContext, config: dict[str, Any]) -> str | None:
     """OSWorld's `cache_file`: the host path of the file named `path` in the task cache, or
     None when nothing left it there (OSWorld asserts that it exists; here the metric gets
-    None and scores 0). In OSWorld, set-up commands with a `stdout` option write such files;
-    this env's `execute` does not take that option yet, so only `cloud_file` fills the cache."""
+    None and scores 0). `execute` and `command` steps with a `stdout` or `stderr` option
+    write such files, as do `cloud_file` and `vm_file` with `multi`."""
     folder = task_cache_dir(context.session).resolve()
     path = (folder / str(config["path"])).resolve()
     if not path.is_relative_to(folder):
@@ -287,6 +312,21 @@ METRICS: dict[str, Callable[..., float]] = {
     "check_history_deleted": chrome_metrics.check_history_deleted,
     "is_shortcut_on_desktop": chrome_metrics.is_shortcut_on_desktop,
     "is_added_to_steam_cart": chrome_metrics.is_added_to_steam_cart,
+    "compare_csv": file_metrics.compare_csv,
+    "check_csv": file_metrics.check_csv,
+    "check_json": file_metrics.check_json,
+    "diff_text_file": file_metrics.diff_text_file,
+    "compare_archive": file_metrics.compare_archive,
+    "compare_zip_files": file_metrics.compare_zip_files,
+    "run_sqlite3": file_metrics.run_sqlite3,
+    "file_contains": file_metrics.file_contains,
+    "check_line_number": file_metrics.check_line_number,
+    "compare_python_pure_text": file_metrics.compare_python_pure_text,
+    "compare_pdfs": pdf_metrics.compare_pdfs,
+    "check_pdf_pages": pdf_metrics.check_pdf_pages,
+    "check_thunderbird_prefs": thunderbird.check_thunderbird_prefs,
+    "check_thunderbird_filter": thunderbird.check_thunderbird_filter,
+    **WRITER_METRICS,
 }
 INFEASIBLE = "infeasible"
 

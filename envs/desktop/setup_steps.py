@@ -23,6 +23,7 @@ from Xlib import error
 from envs.desktop import chrome, file_cache, office
 from envs.desktop.apps import app_command, missing_program_hint, stand_in
 from envs.desktop.display import DesktopSession
+from envs.desktop.evaluate import cache_file_name, task_cache_dir
 from envs.desktop.observe import Observer
 
 __all__ = [
@@ -137,11 +138,18 @@ def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
 
 
 def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
+    """OSWorld's `execute` and `command`: run a command to completion. With `stdout` or
+    `stderr` (a file name), that stream is kept in the episode's task cache under the name,
+    where the evaluator's `cache_file` getter reads it, as OSWorld keeps it in its cache_dir."""
     session, _ = context
     command, shell = _command_argv(parameters)
     if isinstance(command, list) and command[0] == "python":  # OSWorld's VM names it so
         command = ["python3", *command[1:]]
     result = session.run(command, shell=shell, timeout_s=float(parameters.get("timeout", 10)))
+    for stream in ("stdout", "stderr"):
+        if name := parameters.get(stream):
+            target = task_cache_dir(session) / cache_file_name(name)
+            target.write_text(result.stdout if stream == "stdout" else result.stderr)
     if result.returncode != 0:
         # OSWorld does not stop a task when a set-up command fails; we log it loudly.
         hint = (" (`make desktop-apps` installs pyautogui for the desktop)"

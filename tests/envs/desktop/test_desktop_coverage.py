@@ -131,11 +131,11 @@ def test_an_option_a_supported_part_does_not_handle_leaves_the_task_unimplemente
     layers = coverage_of("gimp-list-layers", "gimp")
     assert Part("option", "literal_match.type") in layers.missing_parts
     assert not layers.implemented and not layers.runnable
-    reports = coverage_of("multi-two-reports", "xfce4-terminal")
-    assert {Part("option", "vm_file.multi"), Part("option", "vm_file.gives")} <= set(
-        reports.missing_parts)
-    stdout = coverage_of("os-list-with-stdout", "xfce4-terminal")
-    assert Part("option", "execute.stdout") in stdout.missing_parts
+
+
+def test_multi_vm_files_and_kept_command_output_are_implemented() -> None:
+    assert coverage_of("multi-two-reports", "xfce4-terminal").runnable  # vm_file multi, gives
+    assert coverage_of("os-list-with-stdout", "xfce4-terminal").runnable  # execute stdout
 
 
 def test_opening_an_office_document_is_libreoffices_and_needs_no_missing_part() -> None:
@@ -182,7 +182,7 @@ def test_the_report_counts_per_domain_and_ranks_missing_parts_and_apps() -> None
                              installed_only("xfce4-terminal", "mousepad", "libreoffice"))
     domains = {row.domain: row for row in report.domains()}
     assert list(domains) == ["os", "libreoffice_calc", "chrome", "vlc", "gimp", "multi_apps"]
-    assert (domains["os"].tasks, domains["os"].implemented, domains["os"].runnable) == (4, 2, 1)
+    assert (domains["os"].tasks, domains["os"].implemented, domains["os"].runnable) == (4, 3, 2)
     assert (domains["libreoffice_calc"].implemented, domains["libreoffice_calc"].runnable,
             domains["libreoffice_calc"].online) == (1, 1, 1)
     assert domains["chrome"].online == 2
@@ -204,7 +204,7 @@ def test_the_command_prints_the_tables_and_writes_the_same_as_json(tmp_path) -> 
     assert result.exit_code == 0, result.output
     for text in ("What runs of OSWorld", "libreoffice_calc", "implemented", "runs here",
                  "calc-to-google-drive", "googledrive step", "compare_table.rules[sparkline]",
-                 "execute.stdout"):
+                 "literal_match.type"):
         assert text in result.output
     data = json.loads(out.read_text())
     assert data["total"]["tasks"] == 14 and data["total"]["online"] == 3
@@ -391,5 +391,51 @@ def test_a_cloud_file_task_scores_a_scripted_solution_1_and_a_no_op_0() -> None:
         with pytest.raises(MissingDownload, match="absent-gold.txt.*agent-rl desktop cache add"):
             env.reset(options={"task": missing})
         assert env.display is None  # refused before any X server started
+    finally:
+        env.close()
+
+
+# --- vm_file with multi, and set-up commands whose output is kept ----------------------------
+
+
+@needs_desktop
+def test_multi_vm_files_and_kept_command_output_reach_the_evaluator() -> None:
+    """A task whose postconfig keeps a command's stdout and stderr (OSWorld's `stdout` and
+    `stderr` options) for `cache_file`, and whose `vm_file` copies two desktop files, one
+    absent, under their `dest` names, as OSWorld's getter does."""
+    task = {"id": "kept-output", "instruction": "Export the table to ~/table.csv.",
+            "config": [{"type": "create_file", "parameters": {"path": "/home/user/gold.csv",
+                                                              "content": "a,b\n1,2\n"}},
+                       {"type": "launch", "parameters": {"command": ["xfce4-terminal"]}}],
+            "evaluator": {
+                "postconfig": [
+                    {"type": "execute", "parameters": {"command": ["ls", "/home/user"],
+                                                       "stdout": "home.ls"}},
+                    {"type": "command", "parameters": {"command": "echo oops >&2", "shell": True,
+                                                       "stderr": "err.out"}}],
+                "func": ["check_list", "check_list", "compare_csv"],
+                "result": [{"type": "cache_file", "path": "home.ls"},
+                           {"type": "cache_file", "path": "err.out"},
+                           {"type": "vm_file", "multi": True, "gives": [1],
+                            "path": ["/home/user/absent.csv", "/home/user/table.csv"],
+                            "dest": ["absent.csv", "result.csv"]}],
+                "expected": [{"type": "rule", "rules": {"expect": [r"gold\.csv"]}},
+                             {"type": "rule", "rules": {"expect": ["oops"]}},
+                             {"type": "vm_file", "path": "/home/user/gold.csv",
+                              "dest": "gold.csv"}]}}
+    assert task_coverage(task, "os", lambda app: True).implemented
+    env = DesktopEnv()
+    try:
+        env.reset(options={"task": task})
+        assert env.step(format_tool_call("DONE", {}))[1] == 0.0  # no table.csv yet
+        env.reset(options={"task": task})
+        env.step(format_tool_call("TYPING", {"text": "cp ~/gold.csv ~/table.csv\n"}))
+        env.step(format_tool_call("WAIT", {}))
+        assert env.step(format_tool_call("DONE", {}))[1] == 1.0
+        context = EvalContext(env._session, env._observer, "DONE")
+        both = GETTERS["vm_file"](context, task["evaluator"]["result"][2] | {"gives": [0, 1]})
+        assert both[0] is None and Path(both[1]).name == "result.csv"
+        assert Path(both[1]).parent == task_cache_dir(env._session)
+        assert Path(both[1]).read_text() == "a,b\n1,2\n"
     finally:
         env.close()
