@@ -16,6 +16,7 @@ __all__ = [
     "APT_PACKAGES",
     "BROWSER_STAND_INS",
     "DESKTOP_PATH",
+    "FILE_VIEWERS",
     "GTK_APPS",
     "OSWORLD_APPS",
     "OSWORLD_APT_PACKAGES",
@@ -47,13 +48,17 @@ _LIBREOFFICE_PACKAGES = "libreoffice-calc libreoffice-writer libreoffice-impress
 # GIMP, VLC, Thunderbird, socat (the relay to Chrome's debugging port), wmctrl; what pyautogui
 # needs of Debian's python3 (Xlib, Pillow, tkinter, and pip to install it), and `python` as a
 # name for python3 (OSWorld's steps run `python -c ...`).
-OSWORLD_APT_PACKAGES = (f"{_LIBREOFFICE_PACKAGES} chromium gimp vlc thunderbird socat wmctrl "
-                        "python3-xlib python3-pil python3-tk python3-pip python-is-python3")
+OSWORLD_APT_PACKAGES = (f"{_LIBREOFFICE_PACKAGES} chromium gimp vlc thunderbird evince socat "
+                        "wmctrl python3-xlib python3-pil python3-tk python3-pip python-is-python3")
+# The app OSWorld's `open` (xdg-open in its Ubuntu VM) starts for a file type that is neither a
+# text file nor an office document: Ubuntu's Document Viewer, Evince, for PDFs (a GTK app, so
+# the agent reads its pages' text over AT-SPI).
+FILE_VIEWERS = {".pdf": "evince"}
 # The Debian packages of the programs OSWorld's tasks start, for the error when one is missing.
 PROGRAM_PACKAGES = {"soffice": _LIBREOFFICE_PACKAGES, "libreoffice": _LIBREOFFICE_PACKAGES,
                     "chromium": "chromium", "google-chrome": "chromium", "gimp": "gimp",
                     "vlc": "vlc", "thunderbird": "thunderbird", "socat": "socat",
-                    "wmctrl": "wmctrl"}
+                    "wmctrl": "wmctrl", "evince": "evince"}
 # The PATH of every process on the desktop: its python3 is the first one there.
 DESKTOP_PATH = "/usr/local/bin:/usr/bin:/bin"
 # pyautogui is not packaged by Debian: pip installs it for the desktop's python3 into this

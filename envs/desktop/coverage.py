@@ -30,7 +30,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
-from envs.desktop.apps import APPS, BROWSER_STAND_INS, DESKTOP_PATH, OSWORLD_APPS, PYTHON_SITE
+from envs.desktop.apps import (
+    APPS,
+    BROWSER_STAND_INS,
+    DESKTOP_PATH,
+    FILE_VIEWERS,
+    OSWORLD_APPS,
+    PYTHON_SITE,
+)
 from envs.desktop.chrome_metrics import PREFERENCE_READERS
 from envs.desktop.docs_metrics import DOCX_OPTIONS
 from envs.desktop.evaluate import GETTERS, INFEASIBLE, METRICS
@@ -158,10 +165,11 @@ METRIC_OPTIONS: dict[str, frozenset[str]] = {
 }
 _EVALUATOR_KEYS = frozenset({"func", "result", "expected", "options", "conj", "postconfig"})
 # `open` is xdg-open in OSWorld's VM, which picks the app by file type; here folders go to the
-# file manager, office documents to LibreOffice (`office.DOCUMENT_MODULES`) and other files to
-# the text editor, which is right for text files only.
+# file manager, office documents to LibreOffice (`office.DOCUMENT_MODULES`), PDFs to Evince
+# (`apps.FILE_VIEWERS`) and other files to the text editor, which is right for text files only
+# (JSON included: Ubuntu opens it in its text editor).
 _OPENED_AS_TEXT = frozenset({"", ".txt", ".md", ".py", ".sh", ".log", ".c", ".h", ".js",
-                             ".yaml", ".yml", ".ini", ".conf", ".tex"})
+                             ".yaml", ".yml", ".ini", ".conf", ".tex", ".json"})
 
 # Parts that need an online account: no offline cache can stand in for them.
 ONLINE_STEPS = {"googledrive": "googledrive step", "login": "login step"}
@@ -317,7 +325,8 @@ def _step_parts(step: dict[str, Any]) -> list[Part]:
              if key not in STEP_PARAMETERS[step_type]]
     if step_type == "open" and isinstance(parameters.get("path"), str):
         suffix = PurePosixPath(parameters["path"]).suffix.lower()
-        if suffix not in _OPENED_AS_TEXT and suffix not in DOCUMENT_MODULES:
+        if (suffix not in _OPENED_AS_TEXT and suffix not in DOCUMENT_MODULES
+                and suffix not in FILE_VIEWERS):
             parts.append(Part("option", f"open.path *{suffix} (xdg-open's app for it)"))
     return parts
 
@@ -412,7 +421,10 @@ def _step_apps(step: dict[str, Any]) -> list[App]:
     parameters = step.get("parameters") or {}
     if step.get("type") == "open":
         path = parameters.get("path")
-        return [_LIBREOFFICE] if isinstance(path, str) and module_of(path) else []
+        if not isinstance(path, str):
+            return []
+        viewer = FILE_VIEWERS.get(PurePosixPath(path).suffix.lower())
+        return [_LIBREOFFICE] if module_of(path) else [App(viewer, (viewer,))] if viewer else []
     if step.get("type") not in ("launch", "execute", "command"):
         return []
     command = parameters.get("command")

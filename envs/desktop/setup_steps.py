@@ -21,12 +21,13 @@ from typing import Any
 from Xlib import error
 
 from envs.desktop import chrome, file_cache, office
-from envs.desktop.apps import app_command, missing_program_hint, stand_in
+from envs.desktop.apps import FILE_VIEWERS, app_command, missing_program_hint, stand_in
 from envs.desktop.display import DesktopSession
 from envs.desktop.evaluate import cache_file_name, task_cache_dir
 from envs.desktop.observe import Observer
 
 __all__ = [
+    "START_TIMEOUTS_S",
     "SUPPORTED_STEPS",
     "SetupError",
     "UnsupportedTaskStep",
@@ -43,6 +44,9 @@ _LAUNCH_TIMEOUT_S = 5.0
 # Programs OSWorld's tasks launch that open no window (socat relays Chrome's debugging port),
 # so nothing is waited for.
 WINDOWLESS_PROGRAMS = frozenset({"socat"})
+# Seconds to wait for the first window of apps that take longer than a GTK app to show one:
+# Thunderbird sets up its profile first (about 10 s on two busy cores), Evince its document.
+START_TIMEOUTS_S = {"thunderbird": 60.0, "evince": 30.0}
 
 
 class UnsupportedTaskStep(ValueError):
@@ -115,7 +119,8 @@ def _start(context: StepContext, argv: list[str], title: str | None = None) -> N
 
     before = app_windows()
     session.launch(argv)
-    timeout_s = office.START_TIMEOUT_S if libreoffice else _LAUNCH_TIMEOUT_S
+    timeout_s = (office.START_TIMEOUT_S if libreoffice else
+                 START_TIMEOUTS_S.get(PurePosixPath(argv[0]).name, _LAUNCH_TIMEOUT_S))
     if title is None:
         _wait_until(lambda: app_windows() > before, timeout_s, f"no new window of {argv[0]!r}")
     else:
@@ -164,7 +169,8 @@ def _sleep(context: StepContext, parameters: dict[str, Any]) -> None:
 
 def _open(context: StepContext, parameters: dict[str, Any]) -> None:
     """OSWorld's `open` (xdg-open): folders go to the file manager, office documents to
-    LibreOffice (`envs.desktop.office`), other files to the text editor."""
+    LibreOffice (`envs.desktop.office`), PDFs to Evince (`apps.FILE_VIEWERS`), other files to
+    the text editor."""
     session, _ = context
     path = parameters.get("path")
     if not isinstance(path, str):
@@ -173,6 +179,8 @@ def _open(context: StepContext, parameters: dict[str, Any]) -> None:
         _start(context, [*app_command("file_manager"), path])
     elif office.module_of(path) is not None:
         _start(context, office.open_command(path), title=PurePosixPath(path).name)
+    elif viewer := FILE_VIEWERS.get(PurePosixPath(path).suffix.lower()):
+        _start(context, [viewer, path])
     else:
         _start(context, [*app_command("editor"), path])
 

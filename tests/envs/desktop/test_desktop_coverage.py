@@ -439,3 +439,29 @@ def test_multi_vm_files_and_kept_command_output_reach_the_evaluator() -> None:
         assert Path(both[1]).read_text() == "a,b\n1,2\n"
     finally:
         env.close()
+
+
+@pytest.mark.slow
+@needs_desktop
+@pytest.mark.skipif(shutil.which("evince") is None,
+                    reason="Evince is not installed (`make desktop-apps`)")
+def test_open_shows_a_pdf_in_evince_as_xdg_open_does_in_osworlds_vm(tmp_path,
+                                                                    monkeypatch) -> None:
+    from tests.envs.desktop.test_file_metrics import write_pdf
+
+    monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "home"))
+    url = "https://drive.google.com/uc?id=fixture-paper&export=download"
+    file_cache.add(url, Path(write_pdf(tmp_path / "paper.pdf", "Spectral Graph Theory")))
+    task = {"id": "open-a-pdf", "instruction": "Read the paper.",
+            "config": [{"type": "download", "parameters": {"files": [
+                {"url": url, "path": "/home/user/Desktop/shi17a.pdf"}]}},
+                {"type": "open", "parameters": {"path": "/home/user/Desktop/shi17a.pdf"}}],
+            "evaluator": {"func": "check_include_exclude", "result": {"type": "window_titles"},
+                          "expected": {"type": "rule", "rules": {"include": ["shi17a.pdf"]}}}}
+    assert task_coverage(task, "multi_apps", lambda app: True).implemented
+    env = DesktopEnv()
+    try:
+        env.reset(options={"task": task})
+        assert env.step(format_tool_call("DONE", {}))[1] == 1.0  # Evince's window names the file
+    finally:
+        env.close()

@@ -321,3 +321,26 @@ def test_files_the_env_puts_on_the_desktop_belong_to_the_desktop_user() -> None:
         assert result.stdout == "hello\nmore\n"
         with pytest.raises(ValueError, match="outside the episode's folders"):
             session.write_file("/etc/agent-rl-escape", "x")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("thunderbird") is None,
+                    reason="Thunderbird is not installed (`make desktop-apps`)")
+def test_thunderbird_runs_as_the_episode_user_with_its_profile_in_the_home(
+        env: DesktopEnv) -> None:
+    escape = ("touch /usr/lib/thunderbird/escape; touch /etc/thunderbird/escape; "
+              "cat /etc/shadow > ~/shadow-read")
+    env.reset(options={"task": a_task(config=[
+        {"type": "launch", "parameters": {"command": ["/usr/bin/thunderbird"]}},
+        {"type": "execute", "parameters": {"command": escape, "shell": True}}])})
+    session = env._session
+    assert session is not None and session.display
+    mail = [pid for pid in _sandboxed_processes(session.display)
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "thunderbird"]
+    expected = session.host_uid if os.geteuid() == 0 else os.geteuid()
+    assert mail and {_host_uid(pid) for pid in mail} == {expected} and expected != 0
+    assert not any(Path(folder, "escape").exists()
+                   for folder in ("/usr/lib/thunderbird", "/etc/thunderbird"))
+    assert not session.read_file("~/shadow-read")
+    # The profile it made (OSWorld's tasks unpack theirs there) is in the episode's home.
+    assert b"[Profile0]" in (session.read_file("~/.thunderbird/profiles.ini") or b"")

@@ -163,9 +163,12 @@ def test_an_open_of_an_office_document_is_implemented_and_needs_libreoffice() ->
     coverage = task_coverage(task, "libreoffice_calc", lambda app: app.name != "libreoffice")
     assert coverage.implemented and coverage.missing_apps == ("libreoffice",)
     assert task_coverage(task, "libreoffice_calc", lambda app: True).runnable
+    video = task | {"config": [{"type": "open", "parameters": {"path": "/home/user/clip.mp4"}}]}
+    assert Part("option", "open.path *.mp4 (xdg-open's app for it)") in task_coverage(
+        video, "os", lambda app: True).missing_parts
     pdf = task | {"config": [{"type": "open", "parameters": {"path": "/home/user/paper.pdf"}}]}
-    assert Part("option", "open.path *.pdf (xdg-open's app for it)") in task_coverage(
-        pdf, "os", lambda app: True).missing_parts
+    pdf_coverage = task_coverage(pdf, "os", lambda app: app.name != "evince")
+    assert pdf_coverage.implemented and pdf_coverage.missing_apps == ("evince",)
 
 
 def test_a_launch_of_a_missing_app_fails_naming_its_debian_package(monkeypatch) -> None:
