@@ -63,4 +63,6 @@ def test_the_agent_plays_the_env_loops_episode_token_for_token(
     # every well-formed call the model wrote, the one with a wrong argument name included.
     assert (tool_calls(looped), tool_calls(played)) == (2, 3)
     text = served.actor.tokenizer.decode(played.token_ids)
-    assert "\n84" in text and "No tool call found" in text, "the interpreter ran; feedback came"
+    prompt_end = text.index("What is 169 - 85?")
+    assert "\n84" in text, f"the interpreter's output is missing: {text[prompt_end:]}"
+    assert "No tool call found" in text, f"the env's feedback is missing: {text[prompt_end:]}"
