@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ logger = logging.getLogger(__name__)
 # long did not fail, so the failure was rank 0's own.
 REPORT_WAIT_S = 10.0
 RANK_NAME = "learner-rank"
+WATCH_INTERVAL_S = 0.5  # how often the watch over the ranks checks that rank 0 is still busy
 
 
 class RankFailed(RuntimeError):
@@ -62,24 +64,19 @@ class LearnerRank:
         if config.threads:
             torch.set_num_threads(config.threads)
         self.rank = rank
-        try:
-            join_process_group(rank, ranks, address, port)
-            self.learner = Learner(*learner_args, **learner_options)
-        except BaseException:
-            leave_process_group()
-            raise
+        join_process_group(rank, ranks, address, port)
+        self.learner = Learner(*learner_args, **learner_options)
 
     def ready(self) -> int:
         """Returns (with this process's id) once the constructor has run."""
         return os.getpid()
 
     def call(self, method: str, argument: Any) -> None:
-        """Run the learner's `method` as rank 0 runs its own. On a failure the rank leaves the
-        group, so that rank 0, blocked in a collective with it, fails at once and restarts it."""
+        """Run the learner's `method` as rank 0 runs its own; a failure goes back with its
+        traceback (rank 0 then kills this actor, see `DataParallelLearner._watch_ranks`)."""
         try:
             getattr(self.learner, method)(argument)
         except BaseException as error:
-            leave_process_group()
             raise RankFailed(f"learner rank {self.rank}: {traceback.format_exc()}") from error
 
 
@@ -183,7 +180,9 @@ class DataParallelLearner:
         self._ranks = [
             remote_class.options(
                 name=f"{RANK_NAME}-{rank}-{os.getpid()}-{self._generation}",
-                num_cpus=self.config.threads or 1,
+                # One CPU whatever learner.threads says, as a rollout actor takes at most one:
+                # a local Ray counts one per rank, and a rank that asks for more is never placed.
+                num_cpus=1,
                 num_gpus=1 if self.layout.backend == "nccl" else 0,
                 resources=self.resources or None,
                 max_restarts=0,  # this learner restarts them, in a new group
@@ -213,7 +212,7 @@ class DataParallelLearner:
         for rank, ref in enumerate(ready, 1):
             if ref not in done:
                 return (f"learner rank {rank} did not start in time: no Ray node may have the "
-                        f"resources it asks for ({self.config.threads or 1} CPU, "
+                        f"resources it asks for (1 CPU, "
                         f"{'1 GPU, ' if self.layout.backend == 'nccl' else ''}"
                         f"learner_resources {self.resources}); check `ray status`")
             try:
@@ -246,6 +245,10 @@ class DataParallelLearner:
                                "learner, or resume the run from its last checkpoint")
         shared = ray.put(argument)  # once in the object store, whatever the number of ranks
         pending = [rank.call.remote(method, shared) for rank in self._ranks]
+        rank0_done = threading.Event()
+        watcher = threading.Thread(target=self._watch_ranks, args=(pending, rank0_done),
+                                   name="learner-rank-watch", daemon=True)
+        watcher.start()
         try:
             result = getattr(self.rank0, method)(argument)
             rank0_error = None
@@ -255,6 +258,9 @@ class DataParallelLearner:
             raise
         except Exception as error:
             result, rank0_error = None, error
+        finally:
+            rank0_done.set()
+            watcher.join()
         failures = self._rank_failures(pending, REPORT_WAIT_S if rank0_error else None)
         if not failures:
             if rank0_error is None:
@@ -264,6 +270,24 @@ class DataParallelLearner:
             raise rank0_error
         self._restart(failures)
         return rank0_error is None, result
+
+    def _watch_ranks(self, pending: list[Any], rank0_done: threading.Event) -> None:
+        """While rank 0 runs its part of a call, kill each rank whose part raised, so that rank
+        0, blocked in a collective with it, fails at once instead of after the collective
+        timeout. (The rank's traceback is in its result already. Destroying the process group
+        inside the failed rank does not close its connections while its learner lives.)"""
+        import ray
+
+        remaining = list(pending)
+        while remaining and not rank0_done.is_set():
+            done, remaining = ray.wait(remaining, num_returns=1, timeout=WATCH_INTERVAL_S)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayTaskError:
+                    ray.kill(self._ranks[pending.index(ref)], no_restart=True)
+                except ray.exceptions.RayActorError:
+                    pass  # gone already: rank 0's collective fails on its own
 
     def _rank_failures(self, pending: list[Any], wait_s: float | None) -> list[str]:
         """What went wrong on ranks 1..N-1 in this call: a death or a rank's own traceback.

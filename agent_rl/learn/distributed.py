@@ -40,9 +40,10 @@ class Layout:
             return f"learner: 1 rank ({self.backend}) on {self.devices[0]}"
         others = "1" if self.world_size == 2 else f"1..{self.world_size - 1}"
         each = ", one Ray-assigned GPU each" if self.backend == "nccl" else ""
+        actors = "Ray actors" if self.world_size > 2 else "a Ray actor"
         return (f"learner: {self.world_size} ranks ({self.backend}): rank 0 on "
                 f"{self.devices[0]} in this process, rank{'s' if self.world_size > 2 else ''} "
-                f"{others} as Ray actors on {self.devices[1]}{each}")
+                f"{others} as {actors} on {self.devices[1]}{each}")
 
 
 def layout(world_size: int, device: str) -> Layout:
@@ -75,8 +76,7 @@ def join_process_group(rank: int, ranks: Layout, address: str, port: int) -> Non
 
 
 def leave_process_group() -> None:
-    """Leave the process group if in one. A peer blocked in a collective with this rank then
-    fails at once (its connection closes) instead of waiting out the collective timeout."""
+    """Leave the process group if in one, so that a new one can be joined."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 

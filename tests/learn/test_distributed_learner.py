@@ -6,6 +6,7 @@ rank that dies is restarted from rank 0's state, and the update after is on-poli
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,21 @@ def test_a_rank_that_dies_past_max_rank_restarts_stops_the_learner_with_a_learne
             learner.train_step(groups)
         with pytest.raises(LearnerError, match="have stopped"):
             learner.train_step(groups)
+
+
+def test_a_rank_that_raises_fails_rank_0_at_once_and_its_traceback_is_the_error(
+        tiny_model: Path) -> None:
+    """A token id past the vocabulary in a group only rank 1 forwards: rank 1 raises in its
+    forward while rank 0 waits in a collective. Rank 1 leaves the group, so rank 0 fails in
+    seconds, not after the collective timeout; the retry fails alike, and the error the
+    learner stops with is rank 1's own."""
+    with _start(tiny_model, 2, max_rank_restarts=1) as learner:
+        groups = _groups(learner, seed=0)
+        rank1_groups = split_groups(groups, 2)[1]
+        assert rank1_groups
+        groups[rank1_groups[-1]].trajectories[0].token_ids[-1] = 10**6
+        start = time.perf_counter()
+        with pytest.raises(LearnerError, match="learner rank 1: Traceback(.|\\n)*IndexError"):
+            learner.train_step(groups)
+        assert learner.restarts == 2
+        assert time.perf_counter() - start < 120
