@@ -69,12 +69,20 @@ class PipelineConfig(StrictModel):
     ray_address: str | None = Field(
         None, description="Ray cluster to join; None starts a local one"
     )
-    ray_num_cpus: int = Field(2, ge=1, description="CPUs of a local Ray instance")
+    ray_num_cpus: int = Field(
+        2, ge=1, description="CPUs of a local Ray instance for the rollout actors (each learner "
+        "rank after rank 0 adds one)"
+    )
     rollout_resources: dict[str, float] = Field(
         default_factory=dict, description="Ray custom resources each rollout actor needs, to "
         "place actors on the nodes that offer them (e.g. {rollout: 1} with `ray start "
         "--resources '{\"rollout\": 1}'` on the rollout nodes); a restarted actor goes to any "
         "node that has them",
+    )
+    learner_resources: dict[str, float] = Field(
+        default_factory=dict, description="Ray custom resources each learner rank after rank 0 "
+        "needs (rank 0 is the driver), to place the ranks on the nodes that offer them, as "
+        "rollout_resources does for the rollout actors",
     )
     show_worker_logs: bool = Field(
         False, description="print Ray's and vLLM's worker logs here (agent-rl -v sets it); else "

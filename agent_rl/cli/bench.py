@@ -135,7 +135,7 @@ def bench_learner(
     threads: Annotated[int, typer.Option(min=1, help="Torch threads per rank.")] = 1,
     out: OutOption = None,
 ) -> None:
-    """Learner update tokens/s at each world size (data-parallel ranks on this machine)."""
+    """Learner update tokens/s at each world size (ranks after rank 0 as actors of a local Ray)."""
     from agent_rl.benchmarks import learner_bench
     from agent_rl.model_store import resolve_model
 

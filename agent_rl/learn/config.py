@@ -54,6 +54,10 @@ class LearnerConfig(StrictModel):
     )
     threads: int | None = Field(None, ge=1, description="torch threads of the learner; None: default")
     world_size: int = Field(
-        1, ge=1, description="data-parallel learner ranks (processes on this machine), each with "
-        "the whole model; an update's groups are split across them"
+        1, ge=1, description="data-parallel learner ranks, each with the whole model: rank 0 in "
+        "the driver, the others Ray actors; an update's groups are split across them"
+    )
+    max_rank_restarts: int = Field(
+        3, ge=0, description="times the learner restarts its other ranks after one dies or "
+        "fails, from rank 0's state, before the run stops"
     )

@@ -33,39 +33,52 @@ class Layout:
 
     world_size: int
     backend: str  # gloo on the CPU, nccl on CUDA
-    devices: tuple[str, ...]  # rank r's device
+    devices: tuple[str, ...]  # rank r's device, as that rank's process sees it
 
     def describe(self) -> str:
-        return (f"learner: {self.world_size} rank{'s' if self.world_size > 1 else ''} "
-                f"({self.backend}) on {', '.join(self.devices)}")
+        if self.world_size == 1:
+            return f"learner: 1 rank ({self.backend}) on {self.devices[0]}"
+        others = "1" if self.world_size == 2 else f"1..{self.world_size - 1}"
+        each = ", one Ray-assigned GPU each" if self.backend == "nccl" else ""
+        actors = "Ray actors" if self.world_size > 2 else "a Ray actor"
+        return (f"learner: {self.world_size} ranks ({self.backend}): rank 0 on "
+                f"{self.devices[0]} in this process, rank{'s' if self.world_size > 2 else ''} "
+                f"{others} as {actors} on {self.devices[1]}{each}")
 
 
 def layout(world_size: int, device: str) -> Layout:
-    """The ranks' devices and backend for `learner.world_size` and `learner.device`: with CUDA,
-    rank r takes GPU r."""
+    """The ranks' devices and backend for `learner.world_size` and `learner.device`. With CUDA,
+    rank 0 takes `device` in this process and every other rank is a Ray actor asking Ray for
+    one GPU, which that actor sees as cuda:0."""
     if device.startswith("cuda"):
-        devices = (device,) if world_size == 1 else tuple(f"cuda:{r}" for r in range(world_size))
-        return Layout(world_size, "nccl", devices)
+        return Layout(world_size, "nccl", (device,) + ("cuda:0",) * (world_size - 1))
     return Layout(world_size, "gloo", (device,) * world_size)
 
 
 def free_port() -> int:
-    """A TCP port free on this host now, for the ranks' rendezvous."""
+    """A TCP port free on this host now, for the ranks' rendezvous (open on every interface:
+    ranks on other nodes connect to it)."""
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind(("", 0))
         return probe.getsockname()[1]
 
 
-def join_process_group(rank: int, ranks: Layout, port: int) -> None:
-    """Join the ranks' process group as `rank` (every rank calls this; it returns when all
-    have). With NCCL the rank's GPU becomes the current one first: NCCL's object collectives
-    use the current device."""
+def join_process_group(rank: int, ranks: Layout, address: str, port: int) -> None:
+    """Join the ranks' process group as `rank`; rank 0 holds the rendezvous at `address:port`
+    (its own host). Every rank calls this; it returns when all have. With NCCL the rank's GPU
+    becomes the current one first: NCCL's object collectives use the current device."""
     if ranks.backend == "nccl":
         torch.cuda.set_device(ranks.devices[rank])
-    store = dist.TCPStore("127.0.0.1", port, ranks.world_size, is_master=rank == 0,
+    store = dist.TCPStore(address, port, ranks.world_size, is_master=rank == 0,
                           timeout=JOIN_TIMEOUT)
     dist.init_process_group(ranks.backend, store=store, rank=rank, world_size=ranks.world_size,
                             timeout=COLLECTIVE_TIMEOUT)
+
+
+def leave_process_group() -> None:
+    """Leave the process group if in one, so that a new one can be joined."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def rank_and_world_size() -> tuple[int, int]:

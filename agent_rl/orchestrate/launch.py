@@ -49,11 +49,16 @@ def check_agent(config: TrainConfig) -> None:
 
 def make_learner(config: TrainConfig, model_dir: Path) -> Learner | DataParallelLearner:
     """The run's learner: its own config and the loss, with the run's model, dtype, kernels,
-    sampling temperature and seed; `learner.world_size` ranks of it when that is above 1."""
-    learner_class = DataParallelLearner if config.learner.world_size > 1 else Learner
-    return learner_class(model_dir, config.learner, config.loss,
-                         matched_kernels=config.matched_kernels, dtype=config.dtype,
-                         temperature=config.rollout.temperature, seed=config.seed)
+    sampling temperature and seed; `learner.world_size` ranks of it when that is above 1, the
+    ranks after rank 0 Ray actors placed by `pipeline.learner_resources`."""
+    options: dict[str, Any] = {
+        "matched_kernels": config.matched_kernels, "dtype": config.dtype,
+        "temperature": config.rollout.temperature, "seed": config.seed,
+    }
+    if config.learner.world_size == 1:
+        return Learner(model_dir, config.learner, config.loss, **options)
+    return DataParallelLearner(model_dir, config.learner, config.loss,
+                               resources=config.pipeline.learner_resources, **options)
 
 
 def rollout_model_dir(config: TrainConfig, model_dir: Path, run_dir: Path) -> Path:

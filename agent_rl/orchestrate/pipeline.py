@@ -367,6 +367,8 @@ class Pipeline:
         return {
             **self.faults.report(),
             "actor_restarts": sum(self.pool.restarts),
+            "learner_rank_restarts": (self.learner.restarts
+                                      if isinstance(self.learner, DataParallelLearner) else 0),
             "untrained_peak": self.scheduler.untrained_peak,
             "untrained_cap": self.scheduler.untrained_cap,
         }

@@ -37,7 +37,9 @@ def init_ray(config: TrainConfig) -> bool:
         check_ray_address(address)
         ray.init(address=address, **quiet)
     else:
-        ray.init(num_cpus=config.pipeline.ray_num_cpus, include_dashboard=False, **quiet)
+        # The learner's ranks after rank 0 are Ray actors too, a CPU each beside the rollout's.
+        ray.init(num_cpus=config.pipeline.ray_num_cpus + config.learner.world_size - 1,
+                 include_dashboard=False, **quiet)
     _link_worker_logs(Path(config.out_dir))
     return True
 

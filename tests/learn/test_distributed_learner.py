@@ -1,14 +1,18 @@
 """The data-parallel learner against the single one, on the tiny real model: 2 ranks on gloo,
-1 thread each. The forward is the same bits at any world size; the summed gradient only
-reassociates a sum, so losses and weights agree to rounding."""
+1 thread each, rank 1 a Ray actor on a local Ray. The forward is the same bits at any world
+size; the summed gradient only reassociates a sum, so losses and weights agree to rounding. A
+rank that dies is restarted from rank 0's state, and the update after is on-policy to the bit."""
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import ray
 import torch
 
 from agent_rl.learn.checkpoint import load_checkpoint, save_checkpoint
@@ -29,6 +33,8 @@ WEIGHT_ATOL = 1e-6
 STEPS = 3
 OPTIONS = {"lr": 1e-4, "threads": 1, "max_grad_norm": 1.0}
 
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("local_ray")]
+
 
 @pytest.fixture(autouse=True)
 def one_thread() -> Iterator[None]:
@@ -39,15 +45,16 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def _config(world_size: int) -> LearnerConfig:
-    return LearnerConfig.model_validate({**OPTIONS, "world_size": world_size})
+def _config(world_size: int, **options: Any) -> LearnerConfig:
+    return LearnerConfig.model_validate({**OPTIONS, "world_size": world_size, **options})
 
 
-def _start(model_dir: Path, world_size: int, dtype: str = "float32"
+def _start(model_dir: Path, world_size: int, dtype: str = "float32", **options: Any
            ) -> Learner | DataParallelLearner:
     if world_size == 1:
-        return Learner(model_dir, _config(1), matched_kernels=True, dtype=dtype)
-    return DataParallelLearner(model_dir, _config(world_size), matched_kernels=True, dtype=dtype)
+        return Learner(model_dir, _config(1, **options), matched_kernels=True, dtype=dtype)
+    return DataParallelLearner(model_dir, _config(world_size, **options), matched_kernels=True,
+                               dtype=dtype)
 
 
 def _groups(learner: Learner | DataParallelLearner, seed: int) -> list[Group]:
@@ -176,9 +183,69 @@ def test_an_error_on_every_rank_is_raised_as_it_is_and_stops_the_learner(
             learner.train_step(_groups(learner, seed=1))
 
 
-def test_a_rank_that_dies_stops_the_learner_with_a_learner_error(tiny_model: Path) -> None:
+def _kill_rank_1(learner: DataParallelLearner) -> None:
+    """Kill rank 1's process, as the kernel's OOM killer or a lost node would."""
+    ray.kill(learner.rank_actors()[0], no_restart=True)
+
+
+def test_a_rank_killed_between_updates_is_restarted_and_the_next_update_is_on_policy(
+        tiny_model: Path) -> None:
+    """The restarted rank holds rank 0's weights: the groups it forwards in the update after
+    the kill are on-policy to the bit, and the run goes on one version per update."""
     with _start(tiny_model, 2) as learner:
+        learner.train_step(_groups(learner, seed=0))
+        killed = learner.rank_actors()[0]
+        _kill_rank_1(learner)
+        for step in (1, 2):
+            metrics = learner.train_step(_groups(learner, seed=step)).metrics
+            assert metrics["is/max"] == metrics["is/min"] == 1.0
+            assert metrics["is/lag0_tokens"] == metrics["is/tokens"]
+        assert learner.version == 3
+        assert learner.restarts == 1
+        assert learner.rank_actors()[0] != killed
+
+
+def test_the_update_a_restart_retrains_matches_an_update_without_one(tiny_model: Path) -> None:
+    """Rank 1 dies before an update's collectives: rank 0 trains the same batch again on the
+    restarted ranks, and the weights come out as a learner's that never lost a rank."""
+    batches = [_groups(_start(tiny_model, 1), seed=step) for step in range(2)]
+    weights = []
+    for kill in (False, True):
+        with _start(tiny_model, 2) as learner:
+            learner.train_step(batches[0])
+            if kill:
+                _kill_rank_1(learner)
+            learner.train_step(batches[1])
+            assert learner.version == 2 and learner.restarts == int(kill)
+            weights.append(_weights(learner))
+    for untouched, restarted in zip(*weights, strict=True):
+        assert torch.equal(untouched, restarted)
+
+
+def test_a_rank_that_dies_past_max_rank_restarts_stops_the_learner_with_a_learner_error(
+        tiny_model: Path) -> None:
+    with _start(tiny_model, 2, max_rank_restarts=0) as learner:
         groups = _groups(learner, seed=0)
-        learner._ranks[0].kill()  # as the kernel's OOM killer would
-        with pytest.raises(LearnerError, match="learner rank"):
+        _kill_rank_1(learner)
+        with pytest.raises(LearnerError, match="learner rank 1 died(.|\n)*max_rank_restarts = 0"):
             learner.train_step(groups)
+        with pytest.raises(LearnerError, match="have stopped"):
+            learner.train_step(groups)
+
+
+def test_a_rank_that_raises_fails_rank_0_at_once_and_its_traceback_is_the_error(
+        tiny_model: Path) -> None:
+    """A token id past the vocabulary in a group only rank 1 forwards: rank 1 raises in its
+    forward while rank 0 waits in a collective. Rank 1 leaves the group, so rank 0 fails in
+    seconds, not after the collective timeout; the retry fails alike, and the error the
+    learner stops with is rank 1's own."""
+    with _start(tiny_model, 2, max_rank_restarts=1) as learner:
+        groups = _groups(learner, seed=0)
+        rank1_groups = split_groups(groups, 2)[1]
+        assert rank1_groups
+        groups[rank1_groups[-1]].trajectories[0].token_ids[-1] = 10**6
+        start = time.perf_counter()
+        with pytest.raises(LearnerError, match="learner rank 1: Traceback(.|\\n)*IndexError"):
+            learner.train_step(groups)
+        assert learner.restarts == 2
+        assert time.perf_counter() - start < 120
