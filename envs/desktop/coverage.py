@@ -42,11 +42,13 @@ from envs.desktop.chrome_metrics import PREFERENCE_READERS
 from envs.desktop.docs_metrics import DOCX_OPTIONS
 from envs.desktop.evaluate import GETTERS, INFEASIBLE, METRICS
 from envs.desktop.file_cache import task_urls
+from envs.desktop.image_metrics import IMAGE_METRICS
 from envs.desktop.office import DOCUMENT_MODULES, module_of
 from envs.desktop.setup_steps import SUPPORTED_STEPS
 from envs.desktop.slides_metrics import SLIDE_OPTIONS
 from envs.desktop.table_metrics import FUZZY_CHECK_KEYS, PARTIAL_RULES, RULE_KEYS, RULE_PROPERTIES
 from envs.desktop.tasks import TaskFormatError, UnsupportedTaskParts, check_task
+from envs.desktop.vlc import VLC_METRICS
 from envs.desktop.writer_metrics import WRITER_OPTIONS
 from envs.errors import EnvsError
 
@@ -118,6 +120,12 @@ GETTER_KEYS: dict[str, frozenset[str]] = {
     "rule_relativeTime": frozenset({"rules"}),
     "shortcuts_on_desktop": frozenset(),
     **{name: frozenset() for name in PREFERENCE_READERS},
+    # GIMP's and VLC's (`envs.desktop.gimp`, `envs.desktop.vlc`); `dest` names OSWorld's copy.
+    "gimp_config_file": frozenset({"file_name", "dest"}),
+    "vlc_config": frozenset({"dest"}),
+    "vlc_playing_info": frozenset({"dest"}),
+    "vm_screen_size": frozenset(),
+    "vm_window_size": frozenset({"app_class_name"}),
 }
 # The `options` each metric takes. OSWorld's `literal_match` also takes `type: list`.
 # `compare_table`'s rules are checked one by one (`_table_rule_parts`): each rule's type, keys
@@ -162,6 +170,8 @@ METRIC_OPTIONS: dict[str, frozenset[str]] = {
     "check_thunderbird_prefs": frozenset(),
     "check_thunderbird_filter": frozenset(),
     **WRITER_OPTIONS,
+    **{name: frozenset() for name in IMAGE_METRICS},
+    **{name: frozenset() for name in VLC_METRICS},
 }
 _EVALUATOR_KEYS = frozenset({"func", "result", "expected", "options", "conj", "postconfig"})
 # `open` is xdg-open in OSWorld's VM, which picks the app by file type; here folders go to the

@@ -23,6 +23,7 @@ import functools
 import itertools
 import logging
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -73,10 +74,11 @@ REQUIRED_PROGRAMS = ("Xvfb", "jwm", "xdotool", "bwrap", "setpriv")
 # terminfo, time zone, the shells' start-up files, Debian's python3 config, LibreOffice's
 # configuration schema (Debian keeps it there; LibreOffice aborts at start without it),
 # Chromium's default flags and first-run preferences (its start script sources
-# /etc/chromium.d/* and exits without them).
+# /etc/chromium.d/* and exits without them), GIMP's system-wide configuration (its first start
+# copies menurc, gimprc and the rest from /etc/gimp into the profile, and fails without them).
 # Entries missing on a host are skipped.
 ETC_ENTRIES = ("alternatives", "bash.bashrc", "chromium", "chromium.d", "dbus-1", "fonts",
-               "gtk-2.0", "gtk-3.0", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+               "gimp", "gtk-2.0", "gtk-3.0", "inputrc", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
                "libreoffice", "locale.alias", "localtime", "mime.types", "nsswitch.conf",
                "os-release", "profile", "python3", "shells", "terminfo", "timezone", "X11", "xdg")
 # The font cache: without it every app start rebuilds it, seconds on a loaded machine.
@@ -403,6 +405,57 @@ class DesktopSession:
             timeout=timeout_s,
             **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
         )
+
+    def desktop_processes(self) -> dict[int, str]:
+        """Host pid -> name (`comm`) of every process running on the desktop: the launched
+        sandboxes and all their descendants. Each sandbox has a PID namespace of its own, so
+        this is the one place that sees them all."""
+        parents: dict[int, int] = {}
+        names: dict[int, str] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # exited meanwhile
+            name_end = stat.rindex(")")  # a name may hold spaces and parentheses
+            names[int(entry.name)] = stat[stat.index("(") + 1:name_end]
+            parents[int(entry.name)] = int(stat[name_end + 2:].split()[1])
+        found = {process.pid for process in self._processes if process.poll() is None}
+        frontier = set(found)
+        while frontier:
+            frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+            found |= frontier
+        return {pid: names[pid] for pid in found if pid in names}
+
+    def signal_programs(self, pattern: str, signal_number: int = signal.SIGTERM,
+                        timeout_s: float = 10.0) -> list[int]:
+        """`pkill PATTERN` across the desktop's sandboxes: send `signal_number` to each desktop
+        process whose name matches the regular expression (searched, as pkill does), then wait
+        up to `timeout_s` for them to exit (an app saves its settings as it quits). Returns
+        their host pids."""
+        matched = [pid for pid, name in self.desktop_processes().items()
+                   if re.search(pattern, name)]
+        for pid in matched:
+            try:
+                os.kill(pid, signal_number)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout_s
+        while any(Path(f"/proc/{pid}").exists() for pid in matched) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return matched
+
+    def wait_for_exit(self, pattern: str, timeout_s: float) -> bool:
+        """Wait until no desktop process's name matches `pattern` (an app quit by a key press
+        writes its files as it exits); False when one still runs after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while any(re.search(pattern, name) for name in self.desktop_processes().values()):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def xdotool(self, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
         """Run xdotool on this display from the host (input goes through XTEST)."""

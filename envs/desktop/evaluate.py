@@ -5,7 +5,8 @@ lists of each joined by `"conj": "and" | "or"`, as in OSWorld. Getters and metri
 by name; `check_evaluator` rejects an unknown one at reset, naming it, so a task never runs for
 nothing. Getters named as in OSWorld behave as there; `window_titles`, `active_window_title`
 and `accessibility_tree` are ours and read the X server. Chrome's getters and metrics are in
-`envs.desktop.chrome` and `envs.desktop.chrome_metrics`.
+`envs.desktop.chrome` and `envs.desktop.chrome_metrics`, GIMP's and the image metrics in
+`envs.desktop.gimp` and `envs.desktop.image_metrics`, VLC's in `envs.desktop.vlc`.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from envs.desktop import chrome_metrics, file_cache, file_metrics, pdf_metrics, 
 from envs.desktop.chrome import CHROME_GETTERS
 from envs.desktop.display import DesktopSession
 from envs.desktop.docs_metrics import compare_docx_files, compare_docx_tables, compare_line_spacing
+from envs.desktop.gimp import get_gimp_config_file
+from envs.desktop.image_metrics import IMAGE_METRICS
 from envs.desktop.observe import Observer, screen_text
 from envs.desktop.slides_metrics import compare_pptx_files
 from envs.desktop.table_metrics import compare_table
+from envs.desktop.vlc import VLC_GETTERS, VLC_METRICS
 from envs.desktop.writer_metrics import WRITER_METRICS
 
 __all__ = [
@@ -200,6 +204,8 @@ GETTERS: dict[str, Callable[[EvalContext, dict[str, Any]], Any]] = {
     "cloud_file": get_cloud_file,
     "cache_file": get_cache_file,
     **CHROME_GETTERS,
+    "gimp_config_file": get_gimp_config_file,
+    **VLC_GETTERS,
 }
 
 
@@ -327,6 +333,8 @@ METRICS: dict[str, Callable[..., float]] = {
     "check_thunderbird_prefs": thunderbird.check_thunderbird_prefs,
     "check_thunderbird_filter": thunderbird.check_thunderbird_filter,
     **WRITER_METRICS,
+    **IMAGE_METRICS,
+    **VLC_METRICS,
 }
 INFEASIBLE = "infeasible"
 

@@ -4,8 +4,10 @@ Supported step types: `launch`, `execute`, `command`, `sleep`, `open`, `activate
 `close_window`, `download` (served offline from `file_cache`), `upload_file` (from files shipped
 beside the tasks), `chrome_open_tabs` and `chrome_close_tabs` (through the browser's DevTools
 pipe, `envs.desktop.chrome`) and `create_file`, our way to put a file with given text on the
-desktop. OSWorld's screen placeholders (`{SCREEN_WIDTH_HALF}`, ...) are filled in every
-parameter. Anything else (`googledrive`, ...) is rejected up front, every one by name.
+desktop. GIMP and VLC start as `envs.desktop.gimp` and `envs.desktop.vlc` say, and a plain
+`pkill NAME` (launched or executed) signals the matching apps of every sandbox of the desktop.
+OSWorld's screen placeholders (`{SCREEN_WIDTH_HALF}`, ...) are filled in every parameter.
+Anything else (`googledrive`, ...) is rejected up front, every one by name.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from Xlib import error
 
-from envs.desktop import chrome, file_cache, office
+from envs.desktop import chrome, file_cache, gimp, office, vlc
 from envs.desktop.apps import FILE_VIEWERS, app_command, missing_program_hint, stand_in
 from envs.desktop.display import DesktopSession
 from envs.desktop.evaluate import cache_file_name, task_cache_dir
@@ -108,6 +110,14 @@ def _start(context: StepContext, argv: list[str], title: str | None = None) -> N
         _wait_until(lambda: len(observer.client_windows()) > before, chrome.START_TIMEOUT_S,
                     f"no window of {argv[0]!r}")
         return
+    if gimp.is_gimp(argv):
+        session.launch(argv)
+        _wait_until(lambda: any(gimp.is_main_window(app, name) for app, name in _windows(observer)),
+                    gimp.START_TIMEOUT_S, "no main window of GIMP")
+        return
+    media_player = vlc.is_vlc(argv)
+    if media_player:
+        argv = vlc.command(argv)
     libreoffice = office.is_libreoffice(argv)
     if libreoffice:
         office.seed_profile(session)
@@ -120,6 +130,7 @@ def _start(context: StepContext, argv: list[str], title: str | None = None) -> N
     before = app_windows()
     session.launch(argv)
     timeout_s = (office.START_TIMEOUT_S if libreoffice else
+                 vlc.START_TIMEOUT_S if media_player else
                  START_TIMEOUTS_S.get(PurePosixPath(argv[0]).name, _LAUNCH_TIMEOUT_S))
     if title is None:
         _wait_until(lambda: app_windows() > before, timeout_s, f"no new window of {argv[0]!r}")
@@ -130,8 +141,21 @@ def _start(context: StepContext, argv: list[str], title: str | None = None) -> N
         office.wait_until_laid_out(observer)
 
 
+def _pkill(context: StepContext, command: str | list[str]) -> bool:
+    """Play a plain `pkill NAME` (OSWorld's tasks restart apps so) across the desktop's
+    sandboxes, which a `pkill` inside one sandbox could not see (`signal_programs`); False
+    for any other command."""
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    if len(argv) != 2 or argv[0] != "pkill" or argv[1].startswith("-"):
+        return False
+    context[0].signal_programs(argv[1])
+    return True
+
+
 def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
     command, shell = _command_argv(parameters)
+    if _pkill(context, command):
+        return
     if isinstance(command, str):
         argv = ["sh", "-c", command] if shell else shlex.split(command)
     else:
@@ -148,6 +172,8 @@ def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
     where the evaluator's `cache_file` getter reads it, as OSWorld keeps it in its cache_dir."""
     session, _ = context
     command, shell = _command_argv(parameters)
+    if _pkill(context, command):
+        return
     if isinstance(command, list) and command[0] == "python":  # OSWorld's VM names it so
         command = ["python3", *command[1:]]
     result = session.run(command, shell=shell, timeout_s=float(parameters.get("timeout", 10)))

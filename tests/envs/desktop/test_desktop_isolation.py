@@ -226,6 +226,40 @@ def test_libreoffice_runs_as_the_episode_user_and_writes_only_its_home(env: Desk
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(any(shutil.which(program) is None for program in ("gimp", "vlc", "socat")),
+                    reason="GIMP, VLC or socat is not installed (`make desktop-apps`)")
+def test_gimp_and_vlc_run_as_the_episode_user_with_their_files_in_its_home(
+        env: DesktopEnv) -> None:
+    """GIMP sees only /etc/gimp of the host's app configuration, read-only; VLC's web
+    interface, on for OSWorld's getter, listens on the sandbox's own loopback, not the host's;
+    `pkill vlc` reaches VLC across the sandboxes and nothing of the host."""
+    escape = "touch /etc/gimp/escape; cat /etc/gimp/2.0/gimprc > ~/gimprc-read"
+    env.reset(options={"task": a_task(config=[
+        {"type": "launch", "parameters": {"command": ["gimp"]}},
+        {"type": "launch", "parameters": {"command": ["vlc"]}},
+        {"type": "execute", "parameters": {"command": escape, "shell": True}}])})
+    session = env._session
+    assert session is not None and session.display
+    apps = {pid: name for pid, name in session.desktop_processes().items()
+            if name.startswith("gimp") or name == "vlc"}
+    expected = session.host_uid if os.geteuid() == 0 else os.geteuid()
+    assert {name[:4] for name in apps.values()} == {"gimp", "vlc"}
+    assert {_host_uid(pid) for pid in apps} == {expected} and expected != 0
+    assert b"gimprc" in (session.read_file("~/gimprc-read") or b"")
+    assert not Path("/etc/gimp/escape").exists()
+    assert session.is_dir("~/.config/GIMP/2.10")
+    assert not _listener_is_vlc()
+    assert session.signal_programs("^vlc$")
+    assert "vlc" not in session.desktop_processes().values()
+
+
+def _listener_is_vlc() -> bool:
+    """Whether the host's port 8080 belongs to a VLC (only a leak would put one there)."""
+    result = subprocess.run(["ss", "-ltnpH", "sport = :8080"], capture_output=True, text=True)
+    return "vlc" in result.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="Chromium is not installed (`make desktop-apps`)")
 def test_chromium_runs_as_the_episode_user_and_reaches_no_network_or_host_file(
