@@ -21,5 +21,6 @@ def test_bench_plays_the_same_episodes_in_both_modes(tiny_model: Path) -> None:
     assert [(row["mode"], row["round"]) for row in result["rounds"]] == [
         ("env", 0), ("agent", 0), ("agent", 1), ("env", 1)]
     assert all(row["errors"] == 0 and row["sampled_tokens"] > 0 for row in result["rounds"])
+    assert result["timed_errors"] == 0
     assert result["agent_over_env"] == pytest.approx(
         result["median_episodes_per_s"]["agent"] / result["median_episodes_per_s"]["env"])
