@@ -21,7 +21,13 @@ from typing import Any
 from Xlib import error
 
 from envs.desktop import chrome, file_cache, office
-from envs.desktop.apps import FILE_VIEWERS, app_command, missing_program_hint, stand_in
+from envs.desktop.apps import (
+    FILE_VIEWERS,
+    OSWORLD_APPS,
+    app_command,
+    missing_program_hint,
+    stand_in,
+)
 from envs.desktop.display import DesktopSession
 from envs.desktop.evaluate import cache_file_name, task_cache_dir
 from envs.desktop.observe import Observer
@@ -142,12 +148,36 @@ def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
     _start(context, argv)
 
 
+def _gnome_app_start(command: str | list[str], shell: bool) -> list[str] | None:
+    """The argv of an OSWorld GNOME app (`gnome-terminal`, ...) that this desktop lacks, when a
+    shell command does nothing but export variables and start it, else None.
+
+    OSWorld opens its terminal from an `execute` step (`export DBUS_SESSION_BUS_ADDRESS=...`,
+    then `gnome-terminal --maximize --working-directory=DIR`), which returns once the window is
+    up: gnome-terminal hands the window to its server and exits. Its stand-in keeps running, so
+    it is started as a `launch` would start it; the VM's session-bus address means nothing here.
+    """
+    if not shell or not isinstance(command, str):
+        return None
+    lines = [line.strip() for line in command.splitlines() if line.strip()]
+    if not lines or any(not line.startswith("export ") for line in lines[:-1]):
+        return None
+    argv = shlex.split(lines[-1])
+    if argv and argv[0] in OSWORLD_APPS and shutil.which(argv[0]) is None:
+        return argv
+    return None
+
+
 def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
     """OSWorld's `execute` and `command`: run a command to completion. With `stdout` or
     `stderr` (a file name), that stream is kept in the episode's task cache under the name,
-    where the evaluator's `cache_file` getter reads it, as OSWorld keeps it in its cache_dir."""
+    where the evaluator's `cache_file` getter reads it, as OSWorld keeps it in its cache_dir.
+    A command that only starts a GNOME app starts its stand-in instead (`_gnome_app_start`)."""
     session, _ = context
     command, shell = _command_argv(parameters)
+    if (app := _gnome_app_start(command, shell)) is not None:
+        _start(context, stand_in(app))
+        return
     if isinstance(command, list) and command[0] == "python":  # OSWorld's VM names it so
         command = ["python3", *command[1:]]
     result = session.run(command, shell=shell, timeout_s=float(parameters.get("timeout", 10)))
