@@ -1,7 +1,7 @@
 """OSWorld's own multi-app tasks, unchanged, run end to end on the desktop.
 
-Task files in `tests/data/osworld_multi_apps/`, copied from OSWorld, each combining a terminal
-with files and, for one, a LibreOffice document:
+Task files in `tests/data/osworld_multi_apps/`, copied from OSWorld, that combine a terminal,
+files and LibreOffice Writer:
 
 - 2c9fc0de: a project in ~/projects/binder (unzipped from a download) with a local `origin`
   made by git; the task opens gnome-terminal in it (its stand-in here) and asks for a commit
@@ -9,11 +9,16 @@ with files and, for one, a LibreOffice document:
   commits) with `check_include_exclude`.
 - 8df7e444: "reminder.docx", open in Writer, says how to hand in the essay docx in the home;
   scored by `compare_zip_files` against the expected zip.
+- 00fa164e: a report open in Writer gets, under "Main Results", a table of the LLM-based
+  models' results from a spreadsheet beside it; saved by the task's own ctrl+s and scored by
+  `compare_docx_tables` (the tables' cell texts).
 
 Their downloads are written here (a zipped project; the reminder, the essay and the expected
-zip) and served from the offline file cache under the task's URLs. A scripted solution reads
-what it needs from the observation (the reminder's paragraph in Writer's AT-SPI tree, the
-terminal's prompt) and types shell commands; it scores 1, and DONE at once scores 0.
+zip; the report, the results workbook and the report with its table) and served from the
+offline file cache under the task's URLs. A scripted solution reads what it needs from the
+observation (a paragraph in Writer's AT-SPI tree, the terminal's prompt, menus and dialogs)
+and acts through the env's actions; it scores 1, and DONE at once scores 0. The rows 00fa164e's
+solution types are those of the workbook written here, which the task does not open.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import openpyxl
 import pytest
 from docx import Document
 
@@ -32,6 +38,7 @@ from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.accessibility import accessibility_missing
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.desktop.oracle import Await, Click, TitleButton, button_center, command, find_in_tree
+from envs.desktop.setup_steps import _gnome_app_start
 from envs.tool_calls import format_tool_call
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_multi_apps"
@@ -63,6 +70,21 @@ def load_task(task_id: str) -> dict:
     return json.loads(next((TASKS_DIR / "multi_apps").glob(f"{task_id}*.json")).read_text())
 
 
+RESULTS = [("Model", "Type", "Success"), ("GPT-4", "LLM", "12.2"), ("CogAgent", "VLM", "8.1"),
+           ("Mixtral", "LLM", "5.0"), ("Random", "baseline", "0.4")]
+LLM_TABLE = [(model, success) for model, kind, success in RESULTS if kind in ("Type", "LLM")]
+REPORT = ["Awesome desktop environments", "Introduction", "We compare agents on desktop tasks.",
+          "Main Results", "Conclusion", "Agents still fail most tasks."]
+
+
+def write_workbook(path: Path, rows: list[tuple[str, ...]]) -> Path:
+    book = openpyxl.Workbook()
+    for row in rows:
+        book.active.append(row)
+    book.save(path)
+    return path
+
+
 def write_zip(path: Path, members: dict[str, bytes]) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in members.items():
@@ -70,10 +92,17 @@ def write_zip(path: Path, members: dict[str, bytes]) -> Path:
     return path
 
 
-def write_document(path: Path, paragraphs: list[str]) -> Path:
+def write_document(path: Path, paragraphs: list[str],
+                   table: list[tuple[str, ...]] | None = None, after: str = "") -> Path:
+    """Paragraphs, with `table` (rows of cell texts) after the paragraph `after`."""
     document = Document()
     for paragraph in paragraphs:
         document.add_paragraph(paragraph)
+        if table and paragraph == after:
+            grid = document.add_table(rows=len(table), cols=len(table[0]))
+            for row, cells in zip(grid.rows, table, strict=True):
+                for cell, text in zip(row.cells, cells, strict=True):
+                    cell.text = text
     document.save(path)
     return path
 
@@ -87,6 +116,10 @@ def author_files(folder: Path) -> dict[str, list[Path]]:
             "binder/environment.yml": b"name: binder\ndependencies:\n  - python=3.11\n"})],
         "8df7e444": [essay, write_document(folder / "reminder.docx", REMINDER),
                      write_zip(folder / "gold.zip", {ESSAY: essay.read_bytes()})],
+        "00fa164e": [write_document(folder / "awe_desk_env.docx", REPORT),
+                     write_workbook(folder / "expe-results.xlsx", RESULTS),
+                     write_document(folder / "awe_desk_env_gt.docx", REPORT, LLM_TABLE,
+                                    after="Main Results")],
     }
 
 
@@ -94,6 +127,15 @@ def click_terminal_in_root_menu(screen: str) -> list[str]:
     found = re.search(r'menu item "Terminal" at .* center \((\d+), (\d+)\)', screen)
     assert found, screen
     return [call("CLICK", x=int(found[1]), y=int(found[2]))]
+
+
+def type_rows_below(rows: list[tuple[str, ...]]) -> list[str]:
+    """New paragraphs after the caret's, one per row, cells apart by tabs; then the rows
+    selected, caret at the end of the last one."""
+    text = "".join("\n" + "\t".join(row) for row in rows)
+    return [call("PRESS", key="end"), call("TYPING", text=text),
+            *[call("HOTKEY", keys=["shift", "up"])] * (len(rows) - 1),
+            call("HOTKEY", keys=["shift", "home"])]
 
 
 WRITER = "reminder.docx - LibreOffice Writer"
@@ -106,6 +148,12 @@ SOLUTIONS: dict[str, list[Step]] = {
                  TitleButton(WRITER, "minimize"), Await(rf'window "{WRITER}" .*\bhidden\b'),
                  call("CLICK", x=900, y=700, button="right"), click_terminal_in_root_menu,
                  *command("cd ~ && F=$(ls *.docx)"), *command('zip "${F%.docx}.zip" "$F"')],
+    # Type the rows under the heading and make them a table (Table > Convert > Text to Table,
+    # tabs apart by default).
+    "00fa164e": [Click("paragraph", text="Main Results"), lambda _: type_rows_below(LLM_TABLE),
+                 Click("menu", "Table"), Click("menu", "Convert"),
+                 Click("menu item", "Text to Table..."), Click("push button", "OK"),
+                 Await(r'push button "OK"', present=False)],
 }
 
 
@@ -175,3 +223,16 @@ def test_osworld_multi_app_task_scores_a_scripted_solution_1_and_a_no_op_0(
     assert (reward, info.get("evaluation_error")) == (0.0, None)
     reward, info = play(env, task, SOLUTIONS[task_id])
     assert (reward, info.get("evaluation_error")) == (1.0, None)
+
+
+def test_an_execute_step_that_only_starts_gnome_terminal_starts_its_stand_in() -> None:
+    """OSWorld's terminal tasks open gnome-terminal so (2c9fc0de and five more); any other
+    command runs to completion as before."""
+    opens = ("export DBUS_SESSION_BUS_ADDRESS='unix:path=/run/user/1000/bus'\n"
+             "gnome-terminal --maximize --working-directory=/home/user/projects/binder")
+    expected = (["gnome-terminal", "--maximize", "--working-directory=/home/user/projects/binder"]
+                if shutil.which("gnome-terminal") is None else None)
+    assert _gnome_app_start(opens, shell=True) == expected
+    assert _gnome_app_start(opens, shell=False) is None
+    assert _gnome_app_start("export A=1\ngsettings get org.gnome.shell favorite-apps", True) is None
+    assert _gnome_app_start("echo hi; gnome-terminal", True) is None
