@@ -38,7 +38,7 @@ from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.accessibility import accessibility_missing
 from envs.desktop.display import REQUIRED_PROGRAMS
 from envs.desktop.oracle import Await, Click, TitleButton, button_center, command, find_in_tree
-from envs.desktop.setup_steps import _gnome_app_start
+from envs.desktop.setup_steps import _app_start
 from envs.tool_calls import format_tool_call
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_multi_apps"
@@ -225,14 +225,16 @@ def test_osworld_multi_app_task_scores_a_scripted_solution_1_and_a_no_op_0(
     assert (reward, info.get("evaluation_error")) == (1.0, None)
 
 
-def test_an_execute_step_that_only_starts_gnome_terminal_starts_its_stand_in() -> None:
-    """OSWorld's terminal tasks open gnome-terminal so (2c9fc0de and five more); any other
-    command runs to completion as before."""
+def test_an_execute_step_that_only_opens_gnome_terminal_or_a_folder_waits_for_its_window() -> None:
+    """OSWorld's terminal tasks open gnome-terminal so (2c9fc0de and five more), os task
+    4127319a a folder with xdg-open; any other command runs to completion as before."""
     opens = ("export DBUS_SESSION_BUS_ADDRESS='unix:path=/run/user/1000/bus'\n"
              "gnome-terminal --maximize --working-directory=/home/user/projects/binder")
     expected = (["gnome-terminal", "--maximize", "--working-directory=/home/user/projects/binder"]
                 if shutil.which("gnome-terminal") is None else None)
-    assert _gnome_app_start(opens, shell=True) == expected
-    assert _gnome_app_start(opens, shell=False) is None
-    assert _gnome_app_start("export A=1\ngsettings get org.gnome.shell favorite-apps", True) is None
-    assert _gnome_app_start("echo hi; gnome-terminal", True) is None
+    assert _app_start(opens, shell=True) == expected
+    assert _app_start(opens, shell=False) is None
+    assert _app_start("export A=1\ngsettings get org.gnome.shell favorite-apps", True) is None
+    assert _app_start("echo hi; gnome-terminal", True) is None
+    opens_folder = opens.splitlines()[0] + "\nxdg-open /home/user/project"
+    assert _app_start(opens_folder, shell=True) == ["xdg-open", "/home/user/project"]
