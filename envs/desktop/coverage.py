@@ -94,6 +94,7 @@ STEP_PARAMETERS: dict[str, frozenset[str]] = {
 GETTER_KEYS: dict[str, frozenset[str]] = {
     "vm_command_line": frozenset({"command", "shell", "timeout"}),
     "vm_command_error": frozenset({"command", "shell", "timeout"}),
+    "vm_terminal_output": frozenset(),
     "vm_file": frozenset({"path", "dest", "multi", "gives"}),
     "rule": frozenset({"rules"}),
     "list_directory": frozenset({"path"}),

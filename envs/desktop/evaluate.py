@@ -14,15 +14,17 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envs.desktop import chrome_metrics, file_cache, file_metrics, pdf_metrics, thunderbird
+from envs.desktop.accessibility import A11yNode
 from envs.desktop.chrome import CHROME_GETTERS
 from envs.desktop.display import DesktopSession
 from envs.desktop.docs_metrics import compare_docx_files, compare_docx_tables, compare_line_spacing
+from envs.desktop.file_metrics import compare_text_file
 from envs.desktop.gimp import get_gimp_config_file
 from envs.desktop.image_metrics import IMAGE_METRICS
 from envs.desktop.observe import Observer, screen_text
@@ -40,6 +42,7 @@ __all__ = [
     "check_evaluator",
     "evaluate",
     "task_cache_dir",
+    "terminal_output",
 ]
 
 logger = logging.getLogger(__name__)
@@ -126,6 +129,34 @@ def get_active_window_title(context: EvalContext, config: dict[str, Any]) -> str
     return next((node.name for node in context.observer.tree() if node.focused), "")
 
 
+# The terminal apps whose text `vm_terminal_output` reads: OSWorld's, and its stand-in here.
+TERMINAL_APPS = ("gnome-terminal-server", "xfce4-terminal")
+
+
+def terminal_output(nodes: Sequence[A11yNode]) -> str | None:
+    """The text of the focused terminal in the active window of a terminal app, right-stripped,
+    as OSWorld's `/terminal` reads it; None unless there is exactly one such terminal. The
+    accessibility reader keeps the last `a11y_reader.MAX_TEXT` characters of a text, where
+    OSWorld reads it whole."""
+    found: list[str] = []
+    frame_depth: int | None = None
+    for node in nodes:
+        if node.app not in TERMINAL_APPS:
+            continue
+        if frame_depth is not None and node.depth <= frame_depth:
+            frame_depth = None
+        if node.role == "frame" and "active" in node.states:
+            frame_depth = node.depth
+        elif frame_depth is not None and node.role == "terminal" and "focused" in node.states:
+            found.append(node.text or "")
+    return found[0].rstrip() if len(found) == 1 else None
+
+
+def get_vm_terminal_output(context: EvalContext, config: dict[str, Any]) -> str | None:
+    """What the terminal in front shows (`terminal_output`), read from the AT-SPI tree."""
+    return terminal_output(context.session.read_accessibility())
+
+
 def get_accessibility_tree(context: EvalContext, config: dict[str, Any]) -> str:
     """The same text the agent sees: the X listing and the AT-SPI tree."""
     return screen_text(context.observer, context.session)
@@ -201,6 +232,7 @@ GETTERS: dict[str, Callable[[EvalContext, dict[str, Any]], Any]] = {
     "window_titles": get_window_titles,
     "active_window_title": get_active_window_title,
     "accessibility_tree": get_accessibility_tree,
+    "vm_terminal_output": get_vm_terminal_output,
     "cloud_file": get_cloud_file,
     "cache_file": get_cache_file,
     **CHROME_GETTERS,
@@ -222,18 +254,6 @@ def check_include_exclude(result: Any, rules: dict[str, Any]) -> float:
     included = all(part in text for part in rules.get("include", []))
     excluded = not any(part in text for part in rules.get("exclude", []))
     return float(included and excluded)
-
-
-def compare_text_file(result: str | None, expected: str | None, **options: Any) -> float:
-    """1 if two text files hold the same text (`ignore_blanks` drops whitespace first)."""
-    if result is None or expected is None:
-        return 0.0
-    result_text, expected_text = Path(result).read_text(), Path(expected).read_text()
-    if options.get("ignore_blanks"):
-        result_text, expected_text = "".join(result_text.split()), "".join(expected_text.split())
-    if options.get("ignore_case"):
-        result_text, expected_text = result_text.lower(), expected_text.lower()
-    return float(result_text == expected_text)
 
 
 def is_in_list(result: Any, rules: dict[str, Any]) -> float:

@@ -3,6 +3,8 @@
 Each metric takes what OSWorld's does (host paths from `vm_file`, `cloud_file` or `cache_file`,
 and a rule dict from the `rule` getter) and scores as OSWorld's does:
 
+- `compare_text_file`: the two texts equal, after `ignore_blanks` drops all whitespace and
+  `ignore_case` lower-cases them;
 - `compare_csv`: the two files' lines equal, after `strict: false` strips each line and
   `ignore_case` lower-cases it;
 - `check_csv`: rows read by `csv.DictReader`; every `expect` record (`{column: value}`) matches
@@ -49,6 +51,7 @@ __all__ = [
     "compare_archive",
     "compare_csv",
     "compare_python_pure_text",
+    "compare_text_file",
     "compare_zip_files",
     "diff_text_file",
     "file_contains",
@@ -58,6 +61,18 @@ __all__ = [
 
 _TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d:[0-5]\d")
 _PDF_TEXT_SIMILARITY = 0.95
+
+
+def compare_text_file(result: str | None, expected: str | None, **options: Any) -> float:
+    """1 if two text files hold the same text (`ignore_blanks` drops whitespace first)."""
+    if result is None or expected is None:
+        return 0.0
+    result_text, expected_text = Path(result).read_text(), Path(expected).read_text()
+    if options.get("ignore_blanks"):
+        result_text, expected_text = "".join(result_text.split()), "".join(expected_text.split())
+    if options.get("ignore_case"):
+        result_text, expected_text = result_text.lower(), expected_text.lower()
+    return float(result_text == expected_text)
 
 
 def compare_csv(result: str | None, expected: str | None, **options: Any) -> float:
@@ -149,7 +164,6 @@ def _unpack(archive: str, folder: Path) -> None:
 def _archive_metric(file_type: str) -> Callable[..., float]:
     # Imported here: the office metrics import pandas and python-pptx, which most tasks skip.
     from envs.desktop.docs_metrics import compare_docx_files
-    from envs.desktop.evaluate import compare_text_file
     from envs.desktop.pdf_metrics import compare_pdfs
     from envs.desktop.slides_metrics import compare_pptx_files
     from envs.desktop.table_metrics import compare_table

@@ -23,7 +23,13 @@ from typing import Any
 from Xlib import error
 
 from envs.desktop import chrome, file_cache, gimp, office, vlc
-from envs.desktop.apps import FILE_VIEWERS, app_command, missing_program_hint, stand_in
+from envs.desktop.apps import (
+    FILE_VIEWERS,
+    OSWORLD_APPS,
+    app_command,
+    missing_program_hint,
+    stand_in,
+)
 from envs.desktop.display import DesktopSession
 from envs.desktop.evaluate import cache_file_name, task_cache_dir
 from envs.desktop.observe import Observer
@@ -166,13 +172,46 @@ def _launch(context: StepContext, parameters: dict[str, Any]) -> None:
     _start(context, argv)
 
 
+def _app_start(command: str | list[str], shell: bool) -> list[str] | None:
+    """The argv of the command's one program when a shell command does nothing but export
+    variables and then start an OSWorld GNOME app that this desktop lacks (`gnome-terminal`,
+    ...) or `xdg-open` one path; else None.
+
+    OSWorld opens its terminal, or a folder, from an `execute` step (`export
+    DBUS_SESSION_BUS_ADDRESS=...`, then `gnome-terminal --maximize --working-directory=DIR` or
+    `xdg-open DIR`), which returns once the window is up: gnome-terminal hands the window to
+    its server and exits, and GNOME's xdg-open asks the session to open the folder. The
+    stand-ins here keep running, so they are started as `launch` and `open` start them; the
+    VM's session-bus address means nothing here.
+    """
+    if not shell or not isinstance(command, str):
+        return None
+    lines = [line.strip() for line in command.splitlines() if line.strip()]
+    if not lines or any(not line.startswith("export ") for line in lines[:-1]):
+        return None
+    argv = shlex.split(lines[-1])
+    if argv and argv[0] in OSWORLD_APPS and shutil.which(argv[0]) is None:
+        return argv
+    if len(argv) == 2 and argv[0] == "xdg-open":
+        return argv
+    return None
+
+
 def _execute(context: StepContext, parameters: dict[str, Any]) -> None:
     """OSWorld's `execute` and `command`: run a command to completion. With `stdout` or
     `stderr` (a file name), that stream is kept in the episode's task cache under the name,
-    where the evaluator's `cache_file` getter reads it, as OSWorld keeps it in its cache_dir."""
+    where the evaluator's `cache_file` getter reads it, as OSWorld keeps it in its cache_dir.
+    A command that only starts a GNOME app or xdg-opens a path starts it as `launch` or
+    `open` would, waiting for its window (`_app_start`)."""
     session, _ = context
     command, shell = _command_argv(parameters)
     if _pkill(context, command):
+        return
+    if (app := _app_start(command, shell)) is not None:
+        if app[0] == "xdg-open":
+            _open(context, {"path": app[1]})
+        else:
+            _start(context, stand_in(app))
         return
     if isinstance(command, list) and command[0] == "python":  # OSWorld's VM names it so
         command = ["python3", *command[1:]]
