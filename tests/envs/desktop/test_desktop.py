@@ -283,11 +283,11 @@ def test_unsupported_steps_and_evaluators_are_named_in_the_error() -> None:
     drive = {"type": "googledrive", "parameters": {}}
     with pytest.raises(UnsupportedTaskStep, match="'googledrive'"):
         check_task(task | {"config": [drive]})
-    evaluator = task["evaluator"] | {"func": "compare_pdfs"}
-    with pytest.raises(UnsupportedEvaluator, match="'compare_pdfs'"):
+    evaluator = task["evaluator"] | {"func": "check_json_settings"}
+    with pytest.raises(UnsupportedEvaluator, match="'check_json_settings'"):
         check_task(task | {"evaluator": evaluator})
-    getter = task["evaluator"] | {"result": {"type": "vlc_config", "dest": "vlcrc"}}
-    with pytest.raises(UnsupportedEvaluator, match="'vlc_config'"):
+    getter = task["evaluator"] | {"result": {"type": "vscode_config", "dest": "settings.json"}}
+    with pytest.raises(UnsupportedEvaluator, match="'vscode_config'"):
         check_task(task | {"evaluator": getter})
 
 
@@ -296,13 +296,13 @@ def test_one_check_lists_every_unsupported_piece_of_a_task() -> None:
     broken = task | {
         "config": [{"type": "update_browse_history", "parameters": {}}, *task["config"],
                    {"type": "googledrive", "parameters": {}}],
-        "evaluator": task["evaluator"] | {"func": "compare_pdfs",
-                                          "result": {"type": "vlc_config"}},
+        "evaluator": task["evaluator"] | {"func": "check_json_settings",
+                                          "result": {"type": "vscode_config"}},
     }
     with pytest.raises(UnsupportedTaskParts) as error:
         check_task(broken)
     for piece in ("config[0]", "'update_browse_history'", f"config[{len(task['config']) + 1}]",
-                  "'googledrive'", "'compare_pdfs'", "'vlc_config'"):
+                  "'googledrive'", "'check_json_settings'", "'vscode_config'"):
         assert piece in str(error.value)
 
 
