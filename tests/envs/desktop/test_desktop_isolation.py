@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.desktop import DesktopEnv
+from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.apps import APT_PACKAGES, PYTHON_SITE
 from envs.desktop.display import REQUIRED_PROGRAMS, DesktopFileError, DesktopSession
 from envs.desktop.setup_steps import SetupError
@@ -378,3 +378,58 @@ def test_thunderbird_runs_as_the_episode_user_with_its_profile_in_the_home(
     assert not session.read_file("~/shadow-read")
     # The profile it made (OSWorld's tasks unpack theirs there) is in the episode's home.
     assert b"[Profile0]" in (session.read_file("~/.thunderbird/profiles.ini") or b"")
+
+
+def _mount_options(pid: int, path: str) -> list[str]:
+    """The options of the mount that holds `path` in process `pid`'s mount namespace (the
+    last-mounted one with the longest mount point above it)."""
+    options: list[str] = []
+    longest = -1
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        mount_point = fields[4]
+        if (path == mount_point or path.startswith(mount_point.rstrip("/") + "/")) and len(
+                mount_point) >= longest:
+            longest, options = len(mount_point), fields[5].split(",")
+    return options
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("evince") is None,
+                    reason="Evince is not installed (`make desktop-apps`)")
+def test_evince_runs_as_the_episode_user_and_sees_only_its_document_of_the_host(
+        env: DesktopEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Evince's own namespaces are read through /proc, so what is checked is what Evince
+    itself could reach, not what another sandbox of the episode could."""
+    from tests.envs.desktop.test_file_metrics import write_pdf
+
+    monkeypatch.setenv("AGENT_RL_HOME", str(tmp_path / "agent-rl-home"))
+    url = "https://drive.google.com/uc?id=isolation-paper&export=download"
+    file_cache.add(url, Path(write_pdf(tmp_path / "paper.pdf", "Isolation")))
+    escape = "touch /usr/share/evince/escape; touch /etc/escape"
+    env.reset(options={"task": a_task(config=[
+        {"type": "download", "parameters": {"files": [
+            {"url": url, "path": "/home/user/Desktop/paper.pdf"}]}},
+        {"type": "open", "parameters": {"path": "/home/user/Desktop/paper.pdf"}},
+        {"type": "execute", "parameters": {"command": escape, "shell": True}}])})
+    session = env._session
+    assert session is not None and session.display
+    viewer = [pid for pid, name in session.desktop_processes().items() if name == "evince"]
+    expected = session.host_uid if os.geteuid() == 0 else os.geteuid()
+    assert viewer and {_host_uid(pid) for pid in viewer} == {expected} and expected != 0
+    for pid in viewer:
+        root = Path(f"/proc/{pid}/root")
+        # What it needs is there: its program and the document it shows.
+        assert (root / "usr/bin/evince").exists()
+        assert (root / "home/user/Desktop/paper.pdf").read_bytes().startswith(b"%PDF")
+        assert not (root / "etc/shadow").exists()
+        assert not (root / PROJECT.relative_to("/") / "pyproject.toml").exists()
+        assert not (root / "root").exists() or not any((root / "root").iterdir())
+        assert "ro" in _mount_options(pid, "/usr/share/evince")
+        assert "ro" in _mount_options(pid, "/etc/escape")
+        # A network namespace of its own, with nothing in it but loopback.
+        assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+        interfaces = {line.split(":")[0].strip()
+                      for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]}
+        assert interfaces == {"lo"}
+    assert not any(Path(path).exists() for path in ("/usr/share/evince/escape", "/etc/escape"))

@@ -1,10 +1,11 @@
 """OSWorld's own GIMP and VLC tasks, unchanged, run end to end on the desktop.
 
-Three GIMP task files and two VLC ones (`tests/data/osworld_media/`, copied from OSWorld). Their input files
-(a photo for GIMP's vignette task, the videos of the VLC tasks) are written here and served from
-the offline file cache under the URLs the tasks name. A scripted solution plays each task through
-the env's actions, placing GIMP's clicks from the AT-SPI tree (VLC's Qt widgets publish none, so
-its solutions use VLC's own keys once its window shows the video's title); it scores 1, and DONE
+Three GIMP task files and three VLC ones (`tests/data/osworld_media/`, copied from OSWorld).
+Their input files (a photo for GIMP's vignette task, the videos of the VLC tasks) are written here
+and served from the offline file cache under the URLs the tasks name. A scripted solution plays
+each task through the env's actions, placing GIMP's clicks from the AT-SPI tree (VLC's Qt widgets
+publish none, so its solutions use VLC's own keys once its window shows the video's title, and
+set a preference in `vlcrc` from the desktop's terminal after quitting VLC); it scores 1, and DONE
 at once scores 0.
 """
 
@@ -71,13 +72,36 @@ def author_files(folder: Path) -> dict[str, list[Path]]:
     """Task id -> the files its URLs serve, in `file_cache.task_urls` order."""
     video = write_video(folder / "video.mp4")
     return {"a746add2": [write_photo(folder / "dog.png")], "8d9fd4e2": [video],
-            "59f21cfb": [video]}
+            "59f21cfb": [video], "9195653c": []}
 
 
 def open_on_desktop(name: str) -> list[Step]:
     """VLC's Open File dialog (ctrl+O) takes a typed path; then wait for its title."""
     return [call("HOTKEY", keys=["ctrl", "o"]), Await("Select one or more files to open"),
             call("TYPING", text=f"/home/user/Desktop/{name}\n"), Await(f"{re.escape(name)} - VLC")]
+
+
+def click_match(pattern: str) -> Callable[[str], list[str]]:
+    """A click at the centre `pattern` captures (x, y) on the screen, for the X listing's menu
+    items, which the AT-SPI tree does not hold."""
+    def click(screen: str) -> list[str]:
+        found = re.search(pattern, screen, re.MULTILINE)
+        assert found, f"{pattern} is not on the screen:\n{screen}"
+        return [call("CLICK", x=int(found[1]), y=int(found[2]))]
+    return click
+
+
+TERMINAL_ITEM = r'menu item "Terminal" at .* center \((\d+), (\d+)\)'
+
+
+def from_a_terminal(command: str) -> list[Step]:
+    """Quit VLC (ctrl+Q, so that it saves its settings first and nothing overwrites the edit),
+    open the desktop's terminal from its right-click menu and run `command` there."""
+    return [Await("VLC media player"), call("HOTKEY", keys=["ctrl", "q"]),
+            Await("VLC media player", present=False),
+            call("CLICK", x=900, y=700, button="right"), Await(TERMINAL_ITEM),
+            click_match(TERMINAL_ITEM), Await(r'terminal "Terminal".*\[focused\]'),
+            call("TYPING", text=f"{command}\n"), call("WAIT")]
 
 
 SOLUTIONS: dict[str, tuple[str, list[Step]]] = {
@@ -97,6 +121,10 @@ SOLUTIONS: dict[str, tuple[str, list[Step]]] = {
     # Play the video on the desktop.
     "59f21cfb": ("vlc", open_on_desktop(
         "Rick Astley - Never Gonna Give You Up (Official Music Video).mp4")),
+    # A louder maximum volume: VLC's qt-max-volume, which its Preferences write to vlcrc, set
+    # there from a terminal once VLC has quit.
+    "9195653c": ("vlc", from_a_terminal(
+        "mkdir -p ~/.config/vlc && echo qt-max-volume=200 >> ~/.config/vlc/vlcrc")),
 }
 
 
