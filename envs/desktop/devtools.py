@@ -117,8 +117,10 @@ class DevTools:
             try:
                 chunk = os.read(self._message_fd, 1 << 16)
             except OSError:
-                chunk = b""
-            if not chunk:
+                logger.exception("the DevTools pipe failed")
+                break
+            if not chunk:  # the browser's end closed: the descriptor is ours to close
+                os.close(self._message_fd)
                 break
             buffer += chunk
             while b"\0" in buffer:
@@ -184,11 +186,14 @@ class DevTools:
                                                     "flatten": True})
 
     def close(self) -> None:
-        """Close our ends of the pipes (the browser is left running)."""
+        """Stop sending (the browser is left running); safe to call again.
+
+        Only the command pipe is closed here, once. The message pipe belongs to the reader
+        thread, which closes it when the browser's end closes: closing a descriptor another
+        thread may still read, or closing a number twice, could hit a descriptor the process
+        has since reused for something else (a sandbox's request channel, say)."""
         with self._lock:
             self.closed = True
-        for fd in (self._command_fd, self._message_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            fd, self._command_fd = self._command_fd, -1
+        if fd >= 0:
+            os.close(fd)
