@@ -16,7 +16,6 @@ import logging
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envs.desktop import chrome_metrics, file_cache, file_metrics, pdf_metrics, thunderbird
@@ -30,6 +29,7 @@ from envs.desktop.image_metrics import IMAGE_METRICS
 from envs.desktop.observe import Observer, screen_text
 from envs.desktop.slides_metrics import compare_pptx_files
 from envs.desktop.table_metrics import compare_table
+from envs.desktop.task_cache import cache_file_name, task_cache_dir
 from envs.desktop.vlc import VLC_GETTERS, VLC_METRICS
 from envs.desktop.writer_metrics import WRITER_METRICS
 
@@ -38,10 +38,8 @@ __all__ = [
     "METRICS",
     "EvalContext",
     "UnsupportedEvaluator",
-    "cache_file_name",
     "check_evaluator",
     "evaluate",
-    "task_cache_dir",
     "terminal_output",
 ]
 
@@ -160,24 +158,6 @@ def get_vm_terminal_output(context: EvalContext, config: dict[str, Any]) -> str 
 def get_accessibility_tree(context: EvalContext, config: dict[str, Any]) -> str:
     """The same text the agent sees: the X listing and the AT-SPI tree."""
     return screen_text(context.observer, context.session)
-
-
-def task_cache_dir(session: DesktopSession) -> Path:
-    """The episode's counterpart of OSWorld's per-task `cache_dir`: where `cloud_file` leaves
-    the expected files and `cache_file` reads from. It lies on the host beside the episode's
-    folders, out of the desktop's reach."""
-    folder = session.root / "task-cache"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder
-
-
-def cache_file_name(dest: Any) -> str:
-    """`dest` as a file name in the task cache: its last part, so no name leaves the folder."""
-    name = PurePosixPath(str(dest)).name
-    if name in ("", ".", ".."):
-        raise ValueError(f"{dest!r} is not a file name; a getter's 'dest' names the file the "
-                         "evaluator saves, such as 'expected.xlsx'")
-    return name
 
 
 def get_cloud_file(context: EvalContext, config: dict[str, Any]) -> str | list[str]:

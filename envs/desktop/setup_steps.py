@@ -31,8 +31,8 @@ from envs.desktop.apps import (
     stand_in,
 )
 from envs.desktop.display import DesktopSession
-from envs.desktop.evaluate import cache_file_name, task_cache_dir
 from envs.desktop.observe import Observer
+from envs.desktop.task_cache import cache_file_name, task_cache_dir
 
 __all__ = [
     "START_TIMEOUTS_S",

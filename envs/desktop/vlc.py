@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 from envs.desktop.display import VM_HOME
+from envs.desktop.task_cache import task_cache_dir
 
 if TYPE_CHECKING:
     from envs.desktop.evaluate import EvalContext
@@ -79,7 +80,6 @@ def get_vlc_config(context: EvalContext, config: dict[str, Any]) -> str | None:
 def get_vlc_playing_info(context: EvalContext, config: dict[str, Any]) -> str | None:
     """OSWorld's `vlc_playing_info`: VLC's `status.xml` from its web interface, saved in the
     task cache under `dest`; None when VLC does not answer (not running)."""
-    from envs.desktop.evaluate import task_cache_dir  # evaluate imports this module
 
     result = context.session.run(
         ["curl", "--silent", "--fail", "--max-time", "5", "--unix-socket", HTTP_SOCKET,

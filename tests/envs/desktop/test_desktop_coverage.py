@@ -32,9 +32,10 @@ from envs.desktop.coverage import (
     task_coverage,
 )
 from envs.desktop.display import REQUIRED_PROGRAMS
-from envs.desktop.evaluate import GETTERS, METRICS, EvalContext, evaluate, task_cache_dir
+from envs.desktop.evaluate import GETTERS, METRICS, EvalContext, evaluate
 from envs.desktop.file_cache import MissingDownload
 from envs.desktop.setup_steps import SUPPORTED_STEPS
+from envs.desktop.task_cache import task_cache_dir
 from envs.desktop.tasks import check_task
 from envs.tool_calls import format_tool_call
 
