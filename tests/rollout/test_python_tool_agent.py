@@ -16,6 +16,7 @@ from test_openai_endpoint import Served, call_text
 from agent_rl.rollout.episode import EnvThreads, run_episode
 from agent_rl.trajectory import END_TERMINATED, tool_calls
 from envs.python_tool import PythonToolEnv
+from envs.sandbox_pool import close_shared_pools
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
                                 reason="bubblewrap (bwrap) is not installed: no interpreter")
@@ -33,6 +34,10 @@ SCRIPT = [
 
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[Served]:
+    # Fresh interpreters for both paths: late in a long test process, sessions pooled earlier
+    # have been found dead before their first call (the kernel gone, exit status 0), which
+    # would put the restart notice where the interpreter's output belongs in both episodes.
+    close_shared_pools()
     with seeded_endpoint(tiny_model, SCRIPT) as state:
         yield state
 
