@@ -121,10 +121,10 @@ publish-learning-curve:
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# The tests that start no vLLM engine and no Ray: a few minutes, for the edit-test loop. CI runs
-# the whole suite.
+# The tests that start no vLLM engine and no Ray, on a worker per core (at most 4): a few
+# minutes, for the edit-test loop. CI runs the whole suite.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto --maxprocesses 4 -m "not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
