@@ -102,7 +102,7 @@ def button_center(screen: str, window: str, button: str) -> tuple[int, int] | No
     return (int(match[1]), int(match[2])) if match else None
 
 
-def _place(step: Await | Click | TitleButton, screen: str) -> str | None:
+def place(step: Await | Click | TitleButton, screen: str) -> str | None:
     """The call a screen-reading step makes on this screen ("" for a met Await), or None when
     the screen does not show what it needs yet."""
     if isinstance(step, Await):
@@ -227,7 +227,7 @@ class DesktopOracle:
                 continue
             if calls:  # it reads the screen this turn's calls will leave
                 break
-            placed = _place(step, screen)
+            placed = place(step, screen)
             if placed is None:
                 self.waits += 1
                 if self.waits > self.max_waits:

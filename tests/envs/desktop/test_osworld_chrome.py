@@ -17,20 +17,19 @@ on a cached page and an uncached one.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from osworld_play import Step, play
 
 from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.display import REQUIRED_PROGRAMS, DesktopSession
 from envs.desktop.evaluate import GETTERS, EvalContext
 from envs.desktop.observe import Observer
-from envs.desktop.oracle import Await
+from envs.desktop.oracle import Await, call
 from envs.desktop.setup_steps import run_steps
-from envs.tool_calls import format_tool_call
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_chrome"
 MAX_WAITS = 15
@@ -54,11 +53,7 @@ PAGES = {
         "The Illustrated Transformer", "<h1>The Illustrated Transformer</h1>"),
 }
 
-Step = str | Await
 
-
-def call(name: str, **arguments: object) -> str:
-    return format_tool_call(name, arguments)
 
 
 def load_task(task_id: str) -> dict:
@@ -105,25 +100,6 @@ def env(cache: None) -> Iterator[DesktopEnv]:
     desktop.close()
 
 
-def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
-    """Reset to `task`, run the steps (an Await waits for its pattern on the screen), then
-    DONE; returns the reward and the last info."""
-    messages, _ = env.reset(options={"task": task})
-    for step in steps:
-        if isinstance(step, Await):
-            for _ in range(MAX_WAITS):
-                if re.search(step.pattern, messages[-1]["content"], re.MULTILINE):
-                    break
-                messages, *_ = env.step(call("WAIT"))
-            else:
-                raise AssertionError(f"{step} never showed:\n{messages[-1]['content']}")
-            continue
-        messages, _, terminated, truncated, _ = env.step(step)
-        assert not (terminated or truncated), step
-    _, reward, terminated, _, info = env.step(call("DONE"))
-    assert terminated
-    return reward, info
-
 
 @pytest.mark.slow
 @needs_chromium
@@ -131,9 +107,9 @@ def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
 def test_osworld_chrome_task_scores_a_scripted_solution_1_and_a_no_op_0(
         env: DesktopEnv, task_id: str) -> None:
     task = load_task(task_id)
-    reward, info = play(env, task, [])
+    reward, info = play(env, task, [], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (0.0, None)
-    reward, info = play(env, task, SOLUTIONS[task_id])
+    reward, info = play(env, task, SOLUTIONS[task_id], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (1.0, None)
 
 

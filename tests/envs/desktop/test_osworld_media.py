@@ -20,14 +20,14 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from osworld_play import Step, play
 from PIL import Image
 
 from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.accessibility import accessibility_missing
 from envs.desktop.coverage import App, installed_here
 from envs.desktop.display import REQUIRED_PROGRAMS
-from envs.desktop.oracle import Await, Click, find_in_tree
-from envs.tool_calls import format_tool_call
+from envs.desktop.oracle import Await, Click, call
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_media"
 MAX_WAITS = 20  # WAIT turns a step may take for what it needs to show (GIMP starts slowly)
@@ -42,11 +42,7 @@ needs_media_desktop = pytest.mark.skipif(
     bool(_missing), reason=f"missing: {', '.join(_missing)} (`make desktop-apps` installs "
     "GIMP, VLC, socat, pyautogui and the desktop's programs)")
 
-Step = str | Click | Await | Callable[[str], list[str]]
 
-
-def call(name: str, **arguments: object) -> str:
-    return format_tool_call(name, arguments)
 
 
 def load_task(domain: str, task_id: str) -> dict:
@@ -148,36 +144,6 @@ def env(cache: None) -> Iterator[DesktopEnv]:
     desktop.close()
 
 
-def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
-    """Reset to `task`, run the steps, each placed from the last screen, then DONE; returns
-    the reward and the last info."""
-    messages, _ = env.reset(options={"task": task})
-    for step in steps:
-        screen = messages[-1]["content"]
-        if isinstance(step, Click | Await):
-            for _ in range(MAX_WAITS):
-                if isinstance(step, Click):
-                    if find_in_tree(screen, step):
-                        break
-                elif bool(re.search(step.pattern, screen, re.MULTILINE)) == step.present:
-                    break
-                messages, *_ = env.step(call("WAIT"))
-                screen = messages[-1]["content"]
-            else:
-                raise AssertionError(f"{step} never showed on the screen:\n{screen}")
-            if isinstance(step, Await):
-                continue
-            x, y = find_in_tree(screen, step) or (0, 0)
-            turns = [call("CLICK", x=x, y=y)]
-        else:
-            turns = step(screen) if callable(step) else [step]
-        for turn in turns:
-            messages, _, terminated, truncated, _ = env.step(turn)
-            assert not (terminated or truncated), turn
-    _, reward, terminated, _, info = env.step(call("DONE"))
-    assert terminated
-    return reward, info
-
 
 @pytest.mark.slow
 @needs_media_desktop
@@ -186,7 +152,7 @@ def test_osworld_media_task_scores_a_scripted_solution_1_and_a_no_op_0(
         env: DesktopEnv, task_id: str) -> None:
     domain, steps = SOLUTIONS[task_id]
     task = load_task(domain, task_id)
-    reward, info = play(env, task, [])
+    reward, info = play(env, task, [], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (0.0, None)
-    reward, info = play(env, task, steps)
+    reward, info = play(env, task, steps, MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (1.0, None)

@@ -27,19 +27,19 @@ import json
 import re
 import shutil
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
 import pytest
 from docx import Document
+from osworld_play import Step, play
 
 from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.accessibility import accessibility_missing
 from envs.desktop.display import REQUIRED_PROGRAMS
-from envs.desktop.oracle import Await, Click, TitleButton, button_center, command, find_in_tree
+from envs.desktop.oracle import Await, Click, TitleButton, call, command
 from envs.desktop.setup_steps import _app_start
-from envs.tool_calls import format_tool_call
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_multi_apps"
 MAX_WAITS = 20  # WAIT turns a step may take for what it needs to show (a loaded machine is slow)
@@ -59,11 +59,7 @@ REMINDER = ["Essay submission",
 
 # A step of a scripted solution: a tool call, a node or title-bar button to click, a screen to
 # wait for, or a function that reads the screen and returns the tool calls to make.
-Step = str | Click | TitleButton | Await | Callable[[str], list[str]]
 
-
-def call(name: str, **arguments: object) -> str:
-    return format_tool_call(name, arguments)
 
 
 def load_task(task_id: str) -> dict:
@@ -176,41 +172,6 @@ def env(cache: None) -> Iterator[DesktopEnv]:
     desktop.close()
 
 
-def place(screen: str, step: Click | TitleButton | Await) -> tuple[int, int] | bool | None:
-    """Where to click for `step` on this screen (True for a met Await), or None when the
-    screen does not show what it needs yet."""
-    if isinstance(step, Await):
-        return bool(re.search(step.pattern, screen, re.MULTILINE)) == step.present or None
-    if isinstance(step, Click):
-        return find_in_tree(screen, step)
-    return button_center(screen, step.window, step.button)
-
-
-def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
-    """Reset to `task`, run the steps, each placed from the last screen, then DONE; returns
-    the reward and the last info."""
-    messages, _ = env.reset(options={"task": task})
-    for step in steps:
-        screen = messages[-1]["content"]
-        if isinstance(step, Click | TitleButton | Await):
-            for _ in range(MAX_WAITS):
-                if (where := place(screen, step)) is not None:
-                    break
-                messages, *_ = env.step(call("WAIT"))
-                screen = messages[-1]["content"]
-            else:
-                raise AssertionError(f"{step} never showed on the screen:\n{screen}")
-            if not isinstance(where, tuple):
-                continue
-            turns = [call("CLICK", x=where[0], y=where[1])]
-        else:
-            turns = step(screen) if callable(step) else [step]
-        for turn in turns:
-            messages, _, terminated, truncated, _ = env.step(turn)
-            assert not (terminated or truncated), turn
-    _, reward, terminated, _, info = env.step(call("DONE"))
-    assert terminated
-    return reward, info
 
 
 @pytest.mark.slow
@@ -219,9 +180,9 @@ def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
 def test_osworld_multi_app_task_scores_a_scripted_solution_1_and_a_no_op_0(
         env: DesktopEnv, task_id: str) -> None:
     task = load_task(task_id)
-    reward, info = play(env, task, [])
+    reward, info = play(env, task, [], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (0.0, None)
-    reward, info = play(env, task, SOLUTIONS[task_id])
+    reward, info = play(env, task, SOLUTIONS[task_id], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (1.0, None)
 
 

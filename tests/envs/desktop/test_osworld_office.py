@@ -20,20 +20,20 @@ import json
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import openpyxl
 import pytest
 from docx import Document
+from osworld_play import Step, play
 from pptx import Presentation
 
 from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.accessibility import accessibility_missing
 from envs.desktop.coverage import App, installed_here
 from envs.desktop.display import REQUIRED_PROGRAMS, DesktopSession
-from envs.desktop.oracle import Await, Click, find_in_tree
-from envs.tool_calls import format_tool_call
+from envs.desktop.oracle import Await, Click, call, find_in_tree
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_office"
 MAX_WAITS = 15  # WAIT turns a step may take for what it needs to show (a loaded machine is slow)
@@ -49,11 +49,7 @@ needs_office_desktop = pytest.mark.skipif(
 
 # A step of a scripted solution: a tool call, a node to click, a screen to wait for, or a
 # function that reads the screen and returns the tool calls to make.
-Step = str | Click | Await | Callable[[str], list[str]]
 
-
-def call(name: str, **arguments: object) -> str:
-    return format_tool_call(name, arguments)
 
 
 def load_task(domain: str, task_id: str) -> dict:
@@ -283,34 +279,6 @@ def env(cache: None) -> Iterator[DesktopEnv]:
     desktop.close()
 
 
-def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
-    """Reset to `task`, run the steps, each placed from the last screen, then DONE; returns
-    the reward and the last info."""
-    messages, _ = env.reset(options={"task": task})
-    for step in steps:
-        screen = messages[-1]["content"]
-        if isinstance(step, Click | Await):
-            for _ in range(MAX_WAITS):
-                if (find_in_tree(screen, step) if isinstance(step, Click)
-                        else re.search(step.pattern, screen, re.MULTILINE)):
-                    break
-                messages, *_ = env.step(call("WAIT"))
-                screen = messages[-1]["content"]
-            else:
-                raise AssertionError(f"{step} never showed on the screen:\n{screen}")
-            if isinstance(step, Await):
-                continue
-            x, y = find_in_tree(screen, step) or (0, 0)
-            turns = [call("CLICK", x=x, y=y)]
-        else:
-            turns = step(screen) if callable(step) else [step]
-        for turn in turns:
-            messages, _, terminated, truncated, _ = env.step(turn)
-            assert not (terminated or truncated), turn
-    _, reward, terminated, _, info = env.step(call("DONE"))
-    assert terminated
-    return reward, info
-
 
 @pytest.mark.slow
 @needs_office_desktop
@@ -319,9 +287,9 @@ def test_osworld_office_task_scores_a_scripted_solution_1_and_a_no_op_0(
         env: DesktopEnv, task_id: str) -> None:
     domain, steps = SOLUTIONS[task_id]
     task = load_task(domain, task_id)
-    reward, info = play(env, task, [])
+    reward, info = play(env, task, [], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (0.0, None)
-    reward, info = play(env, task, steps)
+    reward, info = play(env, task, steps, MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (1.0, None)
 
 

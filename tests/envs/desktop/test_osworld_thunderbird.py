@@ -22,16 +22,16 @@ import json
 import re
 import shutil
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from osworld_play import Step, play
 
 from envs.desktop import DesktopEnv, file_cache
 from envs.desktop.accessibility import accessibility_missing
 from envs.desktop.display import REQUIRED_PROGRAMS
-from envs.desktop.oracle import Await, Click, command, find_in_tree
-from envs.tool_calls import format_tool_call
+from envs.desktop.oracle import Await, call, command
 
 TASKS_DIR = Path(__file__).parents[2] / "data" / "osworld_thunderbird"
 # WAIT turns a step may take (a second each): Thunderbird takes seconds to quit on a busy machine.
@@ -109,11 +109,7 @@ def write_profile_tarball(path: Path) -> Path:
 
 # A step of a scripted solution: a tool call, a node to click, a screen to wait for, or a
 # function that reads the screen and returns the tool calls to make.
-Step = str | Click | Await | Callable[[str], list[str]]
 
-
-def call(name: str, **arguments: object) -> str:
-    return format_tool_call(name, arguments)
 
 
 def load_task(task_id: str) -> dict:
@@ -183,38 +179,6 @@ def env(cache: None) -> Iterator[DesktopEnv]:
     desktop.close()
 
 
-def shows(screen: str, step: Click | Await) -> bool:
-    if isinstance(step, Click):
-        return find_in_tree(screen, step) is not None
-    return bool(re.search(step.pattern, screen, re.MULTILINE)) == step.present
-
-
-def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
-    """Reset to `task`, run the steps, each placed from the last screen, then DONE; returns
-    the reward and the last info."""
-    messages, _ = env.reset(options={"task": task})
-    for step in steps:
-        screen = messages[-1]["content"]
-        if isinstance(step, Click | Await):
-            for _ in range(MAX_WAITS):
-                if shows(screen, step):
-                    break
-                messages, *_ = env.step(call("WAIT"))
-                screen = messages[-1]["content"]
-            else:
-                raise AssertionError(f"{step} never showed on the screen:\n{screen}")
-            if isinstance(step, Await):
-                continue
-            x, y = find_in_tree(screen, step) or (0, 0)
-            turns = [call("CLICK", x=x, y=y)]
-        else:
-            turns = step(screen) if callable(step) else [step]
-        for turn in turns:
-            messages, _, terminated, truncated, _ = env.step(turn)
-            assert not (terminated or truncated), turn
-    _, reward, terminated, _, info = env.step(call("DONE"))
-    assert terminated
-    return reward, info
 
 
 @pytest.mark.slow
@@ -223,7 +187,7 @@ def play(env: DesktopEnv, task: dict, steps: list[Step]) -> tuple[float, dict]:
 def test_osworld_thunderbird_task_scores_a_scripted_solution_1_and_a_no_op_0(
         env: DesktopEnv, task_id: str) -> None:
     task = load_task(task_id)
-    reward, info = play(env, task, [])
+    reward, info = play(env, task, [], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (0.0, None)
-    reward, info = play(env, task, SOLUTIONS[task_id])
+    reward, info = play(env, task, SOLUTIONS[task_id], MAX_WAITS)
     assert (reward, info.get("evaluation_error")) == (1.0, None)
